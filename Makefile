@@ -1,0 +1,40 @@
+# Gatehouse. `make demo` runs the product on SQLite + the filesystem broker;
+# `make test` runs the whole suite against PostgreSQL and Redis.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+
+TEST_ENV := SECRET_KEY=test-secret-key-not-for-production-0123456789abcdef \
+	DEBUG=0 ALLOWED_HOSTS=localhost,127.0.0.1,testserver \
+	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/gatehouse} \
+	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-redis://127.0.0.1:6379/15} \
+	DJANGO_ALLOW_ASYNC_UNSAFE=true
+
+.PHONY: demo test lint format bench venv
+
+$(VENV)/.installed: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements.txt
+	touch $@
+
+venv: $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(PY) -m demo.run
+
+test: $(VENV)/.installed
+	$(TEST_ENV) $(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(VENV)/.installed
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: $(VENV)/.installed
+	$(PY) -m bench.run

@@ -1,0 +1,116 @@
+"""Agents (programs that propose tool calls), what each may use, and their breakers."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator
+from django.db import models
+from django.utils import timezone
+
+from toolcatalog.models import TIER_LEVELS, Tool
+
+TOKEN_PREFIX = "gh_"
+
+
+def hash_token(token: str) -> str:
+    """Return the stored form of a bearer token (tokens are random, so SHA-256 suffices)."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def new_token() -> str:
+    """Return a fresh random bearer token."""
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+class Agent(models.Model):
+    """A program that proposes calls; authenticated by a bearer token stored only hashed."""
+
+    name = models.CharField(max_length=150, unique=True)
+    description = models.TextField(blank=True)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="agents",
+        help_text="The person responsible for this agent. They may not approve its calls.",
+    )
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    token_hint = models.CharField(max_length=12, editable=False, help_text="The token's first characters.")
+    active = models.BooleanField(default=True)
+    max_calls_per_conversation = models.PositiveIntegerField(
+        default=100, help_text="Budget: proposals one conversation may make (0 = unlimited)."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def set_new_token(self) -> str:
+        """Replace the token with a fresh one and return it; only its hash is kept."""
+        token = new_token()
+        self.token_hash = hash_token(token)
+        self.token_hint = token[:10]
+        return token
+
+    def rotate_token(self) -> str:
+        """Issue a new token; the old one stops working at once."""
+        token = self.set_new_token()
+        self.save(update_fields=["token_hash", "token_hint"])
+        return token
+
+    @classmethod
+    def authenticate(cls, token: str) -> Agent | None:
+        """Return the active agent holding `token`, or None."""
+        if not token:
+            return None
+        agent = cls.objects.filter(token_hash=hash_token(token), active=True).first()
+        if agent is not None:
+            agent.touch()
+        return agent
+
+    def touch(self) -> None:
+        """Note that the agent was seen (at most once a minute, to spare writes)."""
+        now = timezone.now()
+        if self.last_seen_at is None or (now - self.last_seen_at).total_seconds() > 60:
+            Agent.objects.filter(pk=self.pk).update(last_seen_at=now)
+            self.last_seen_at = now
+
+
+class Grant(models.Model):
+    """Lets an agent see a tool and propose calls up to a risk tier."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="grants")
+    tool = models.ForeignKey(Tool, on_delete=models.CASCADE, related_name="grants")
+    max_tier = models.PositiveSmallIntegerField(choices=TIER_LEVELS, validators=[MaxValueValidator(3)])
+
+    class Meta:
+        ordering = ["agent", "tool"]
+        constraints = [models.UniqueConstraint(fields=["agent", "tool"], name="grant_unique_agent_tool")]
+
+    def __str__(self) -> str:
+        return f"{self.agent.name} → {self.tool.name} (≤ tier {self.max_tier})"
+
+
+class CircuitBreaker(models.Model):
+    """Consecutive failures of one kind for one agent and tool; open at the threshold."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="breakers")
+    tool = models.ForeignKey(Tool, on_delete=models.CASCADE, related_name="breakers")
+    failure_kind = models.CharField(max_length=64, blank=True)
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    opened_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["agent", "tool"], name="breaker_unique_agent_tool")]
+
+    def __str__(self) -> str:
+        state = "open" if self.opened_at else "closed"
+        return f"{self.agent.name}/{self.tool.name}: {state}"

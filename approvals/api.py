@@ -1,0 +1,272 @@
+"""The agent JSON API (`/api/v1/`): list tools, propose calls, read calls back.
+
+Authentication happens once (AgentBearer sets `request.agent`); every error leaves
+through `approvals.errors`, in the one documented shape.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from ninja import Field, NinjaAPI, Query, Schema
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.parser import Parser
+from ninja.security import HttpBearer
+from pydantic import ConfigDict
+
+from agents.models import Agent
+from approvals.errors import ERROR_STATUS, ApiError, error_response
+from approvals.jsonbody import loads_strict
+from approvals.models import ToolCall
+from approvals.pipeline import Proposal, propose
+from approvals.serializers import call_body, tool_body
+from toolcatalog.models import Tool
+
+MAX_INT = 2**31 - 1
+
+
+class StrictJsonParser(Parser):
+    """Parse bodies with the strict rules of `approvals.jsonbody`."""
+
+    def parse_body(self, request: HttpRequest) -> Any:
+        return loads_strict(request.body)
+
+
+class AgentBearer(HttpBearer):
+    """`Authorization: Bearer <token>` → the active agent holding it."""
+
+    def authenticate(self, request: HttpRequest, token: str) -> Agent | None:
+        agent = Agent.authenticate(token)
+        request.agent = agent  # type: ignore[attr-defined]
+        return agent
+
+
+api = NinjaAPI(
+    title="Gatehouse agent API",
+    version="1",
+    description="Propose tool calls; Gatehouse validates, classifies, holds for approval and executes them.",
+    auth=AgentBearer(),
+    parser=StrictJsonParser(),
+    urls_namespace="agent-api",
+    openapi_url="/openapi.json",
+    docs_url=None,
+)
+
+
+class ProposalIn(Schema):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    tool: str = Field(min_length=1, max_length=100, description="The tool's name, as GET /tools lists it.")
+    arguments: dict[str, Any] = Field(description="The tool's arguments; must match its inputSchema.")
+    idempotency_key: str | None = Field(None, min_length=1, max_length=255)
+    conversation_id: str | None = Field(None, min_length=1, max_length=200)
+    step: int | None = Field(None, ge=0, le=MAX_INT)
+    call_index: int | None = Field(None, ge=0, le=MAX_INT)
+    justification: str = Field("", max_length=10_000)
+    dry_run: bool = Field(False, description="Return a preview of the effect; store and execute nothing.")
+
+
+class FieldProblem(Schema):
+    field: str
+    problem: str
+    accepted_values: list[Any] | None = None
+
+
+class ErrorOut(Schema):
+    model_config = ConfigDict(extra="allow")
+
+    error: str = Field(description="A stable machine-readable code: " + ", ".join(sorted(ERROR_STATUS)))
+    message: str
+    errors: list[FieldProblem] | None = None
+
+
+class CallOut(Schema):
+    id: str
+    tool: str
+    status: str
+    risk_tier: int | None
+    risk_reasons: list[dict[str, Any]]
+    approvals_required: int
+    idempotency_key: str | None
+    arguments: dict[str, Any]
+    conversation_id: str | None
+    step: int | None
+    call_index: int | None
+    result: Any = None
+    error: dict[str, Any] | None = None
+    preview: dict[str, Any] | None = None
+    created_at: str
+    decided_at: str | None
+    expires_at: str | None
+    finished_at: str | None
+
+
+class PreviewOut(Schema):
+    dry_run: bool
+    tool: str
+    risk_tier: int
+    risk_reasons: list[dict[str, Any]]
+    would_require_approval: bool
+    preview: dict[str, Any]
+
+
+class ToolOut(Schema):
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    title: str
+    description: str
+    inputSchema: dict[str, Any]
+    annotations: dict[str, Any]
+
+
+class ToolsOut(Schema):
+    tools: list[ToolOut]
+
+
+class WaitQuery(Schema):
+    wait: float = Field(0, ge=0, le=60, description="Seconds to wait for the call to settle (capped by the server).")
+
+
+def _errors(*codes: str) -> dict[int, type[ErrorOut]]:
+    return {ERROR_STATUS[code]: ErrorOut for code in codes}
+
+
+COMMON_ERRORS = ("unauthorized", "malformed_request", "payload_too_large", "rate_limited", "service_unavailable")
+
+
+@api.exception_handler(ApiError)
+def _api_error(request: HttpRequest, exc: ApiError) -> HttpResponse:
+    return error_response(exc)
+
+
+@api.exception_handler(AuthenticationError)
+def _unauthorized(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    response = error_response(
+        ApiError("unauthorized", "Send a valid agent token as 'Authorization: Bearer <token>'.")
+    )
+    response["WWW-Authenticate"] = 'Bearer realm="gatehouse"'
+    return response
+
+
+@api.exception_handler(ValidationError)
+def _invalid_envelope(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    problems = []
+    for item in exc.errors:
+        loc = [str(part) for part in item.get("loc", ()) if part not in ("body", "payload", "query", "path")]
+        problems.append({"field": ".".join(loc) or "body", "problem": item.get("msg", "is invalid")})
+    return error_response(
+        ApiError("malformed_request", "The request does not match the API's request schema.", errors=problems)
+    )
+
+
+@api.exception_handler(HttpError)
+def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    if isinstance(exc.__cause__, ApiError):  # raised by StrictJsonParser, wrapped by ninja
+        return error_response(exc.__cause__)
+    if exc.status_code == 400:
+        return error_response(ApiError("malformed_request", "The request body is not valid JSON."))
+    return error_response(ApiError("malformed_request", str(exc)))
+
+
+def _json(body: dict[str, Any], status: int, replayed: bool = False) -> JsonResponse:
+    response = JsonResponse(body, status=status, json_dumps_params={"ensure_ascii": False})
+    if replayed:
+        response["Idempotent-Replayed"] = "true"
+    return response
+
+
+def wait_for(call: ToolCall, seconds: float, *, until_changed_from: str | None = None) -> ToolCall:
+    """Poll the call until it settles (or leaves `until_changed_from`), at most `seconds`."""
+    deadline = time.monotonic() + min(seconds, settings.GATEHOUSE_MAX_WAIT_SECONDS)
+    interval = 0.05
+
+    def done() -> bool:
+        if call.is_terminal:
+            return True
+        return call.is_settled and call.status != until_changed_from
+
+    while not done() and time.monotonic() < deadline:
+        if not connection.in_atomic_block:
+            connection.close()  # give the connection back to the pool while we sleep
+        time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+        interval = min(interval * 1.5, 0.5)
+        call.refresh_from_db()
+    return call
+
+
+@api.get("/tools", response={200: ToolsOut, **_errors(*COMMON_ERRORS)}, summary="List the tools this agent may use")
+def list_tools(request: HttpRequest) -> HttpResponse:
+    tools = Tool.objects.filter(grants__agent=request.agent, enabled=True).order_by("name")  # type: ignore[attr-defined]
+    return _json({"tools": [tool_body(tool) for tool in tools]}, 200)
+
+
+@api.post(
+    "/tool-calls",
+    response={
+        200: CallOut | PreviewOut,
+        201: CallOut,
+        202: CallOut,
+        **_errors(
+            *COMMON_ERRORS,
+            "unknown_or_not_permitted_tool",
+            "invalid_arguments",
+            "permission_denied",
+            "idempotency_conflict",
+            "circuit_open",
+        ),
+    },
+    summary="Propose a tool call",
+    description="201: accepted and approved; 202: held for a reviewer; 200: a replay of an earlier "
+    "call with the same idempotency key (header Idempotent-Replayed: true), or a dry-run preview.",
+)
+def create_call(request: HttpRequest, payload: ProposalIn, query: Query[WaitQuery]) -> HttpResponse:
+    outcome = propose(request.agent, Proposal(**payload.model_dump()))  # type: ignore[attr-defined]
+    if outcome.preview is not None and outcome.verdict is not None:
+        return _json(
+            {
+                "dry_run": True,
+                "tool": payload.tool,
+                "risk_tier": outcome.verdict.risk_tier,
+                "risk_reasons": outcome.verdict.risk_reasons,
+                "would_require_approval": outcome.verdict.outcome == "pending_approval",
+                "preview": outcome.preview,
+            },
+            200,
+        )
+    call = outcome.call
+    assert call is not None
+    if query.wait:
+        call = wait_for(call, query.wait)
+    if outcome.replayed:
+        return _json(call_body(call), 200, replayed=True)
+    return _json(call_body(call), 202 if call.status == "pending_approval" else 201)
+
+
+def get_agent_call(agent: Agent, call_id: str) -> ToolCall:
+    """Return one of this agent's calls; anything else is not found."""
+    try:
+        pk = uuid.UUID(call_id)
+    except ValueError:
+        pk = None
+    call = ToolCall.objects.select_related("tool").filter(pk=pk, agent=agent).first() if pk else None
+    if call is None:
+        raise ApiError("not_found", "No call with that id belongs to this agent.")
+    return call
+
+
+@api.get(
+    "/tool-calls/{call_id}",
+    response={200: CallOut, **_errors(*COMMON_ERRORS, "not_found")},
+    summary="Read one of this agent's calls",
+)
+def read_call(request: HttpRequest, call_id: str, query: Query[WaitQuery]) -> HttpResponse:
+    call = get_agent_call(request.agent, call_id)  # type: ignore[attr-defined]
+    if query.wait:
+        call = wait_for(call, query.wait, until_changed_from=call.status)
+    return _json(call_body(call), 200)

@@ -1,0 +1,58 @@
+"""The one error shape of the agent API: `{"error": code, "message": …, …details}`.
+
+Every error that reaches an agent (REST or MCP) is an ApiError and leaves through
+`error_body()`, so a model always gets something it can act on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import JsonResponse
+
+# code → HTTP status. The OpenAPI document and the MCP adapter read this table too.
+ERROR_STATUS: dict[str, int] = {
+    "malformed_request": 400,
+    "unauthorized": 401,
+    "permission_denied": 403,
+    "unknown_or_not_permitted_tool": 404,
+    "not_found": 404,
+    "idempotency_conflict": 409,
+    "payload_too_large": 413,
+    "invalid_arguments": 422,
+    "circuit_open": 429,
+    "budget_exhausted": 429,
+    "rate_limited": 429,
+    "service_unavailable": 503,
+}
+
+
+class ApiError(Exception):
+    """A refusal the caller can act on."""
+
+    def __init__(self, code: str, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = details
+        self.headers: dict[str, str] = {}
+
+    @property
+    def status(self) -> int:
+        return ERROR_STATUS[self.code]
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.code, self.message, **self.details)
+
+
+def error_body(code: str, message: str, **details: Any) -> dict[str, Any]:
+    """Return the error body every API error uses."""
+    return {"error": code, "message": message, **details}
+
+
+def error_response(error: ApiError) -> JsonResponse:
+    """Return `error` as an HTTP response with its status and headers."""
+    response = JsonResponse(error.body(), status=error.status, json_dumps_params={"ensure_ascii": False})
+    for name, value in error.headers.items():
+        response[name] = value
+    return response

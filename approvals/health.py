@@ -1,0 +1,37 @@
+"""`/healthz`: is this process alive, and can it reach the database and the broker?"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import connection
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+from kombu import Connection
+
+
+def _database_ok() -> bool:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return True
+    except Exception:  # noqa: BLE001 — any failure means "unreachable" here
+        return False
+
+
+def _broker_ok() -> bool:
+    try:
+        with Connection(settings.CELERY_BROKER_URL, connect_timeout=1, transport_options={"max_retries": 0}) as conn:
+            conn.ensure_connection(max_retries=1, timeout=1)
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+@never_cache
+@require_GET
+def healthz(request: HttpRequest) -> JsonResponse:
+    checks = {"database": _database_ok(), "broker": _broker_ok()}
+    ok = all(checks.values())
+    body = {"status": "ok" if ok else "degraded", **{k: "ok" if v else "unreachable" for k, v in checks.items()}}
+    return JsonResponse(body, status=200 if ok else 503)

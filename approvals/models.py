@@ -1,0 +1,171 @@
+"""Tool calls and the decisions people make about them.
+
+Every state change is a compare-and-set (`UPDATE … WHERE status = expected`) that
+writes its audit event in the same transaction; effects outside the database
+(enqueueing execution) are scheduled on commit.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.db import models, transaction
+from django.utils import timezone
+
+from agents.models import Agent
+from audit.chain import record
+from toolcatalog.models import Tool
+
+
+class Status(models.TextChoices):
+    REFUSED = "refused", "Refused"
+    PENDING_APPROVAL = "pending_approval", "Pending approval"
+    REJECTED = "rejected", "Rejected"
+    EXPIRED = "expired", "Expired"
+    APPROVED = "approved", "Approved"
+    EXECUTING = "executing", "Executing"
+    SUCCEEDED = "succeeded", "Succeeded"
+    NEEDS_RECONCILIATION = "needs_reconciliation", "Needs reconciliation"
+    FAILED = "failed", "Failed"
+
+
+TERMINAL_STATUSES = frozenset(
+    {Status.REFUSED, Status.REJECTED, Status.EXPIRED, Status.SUCCEEDED, Status.NEEDS_RECONCILIATION, Status.FAILED}
+)
+# States where nothing more happens until a person acts (or the call is done).
+SETTLED_STATUSES = TERMINAL_STATUSES | {Status.PENDING_APPROVAL}
+
+
+class ToolCall(models.Model):
+    """One proposal of one agent to call one tool, and everything that happened to it."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="calls")
+    tool = models.ForeignKey(Tool, on_delete=models.PROTECT, related_name="calls")
+    tool_version = models.PositiveIntegerField(help_text="The tool version the call was judged under.")
+    arguments = models.JSONField()
+    arguments_hash = models.CharField(max_length=64, help_text="SHA-256 of the canonical arguments.")
+    original_arguments = models.JSONField(
+        null=True, blank=True, help_text="The agent's arguments, when a reviewer edited them."
+    )
+    request_hash = models.CharField(
+        max_length=64, help_text="SHA-256 of tool and arguments as proposed: what idempotency compares."
+    )
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    conversation_id = models.CharField(max_length=200, blank=True)
+    step = models.IntegerField(null=True, blank=True)
+    call_index = models.IntegerField(null=True, blank=True)
+    justification = models.TextField(blank=True)
+    status = models.CharField(max_length=24, choices=Status.choices)
+    risk_tier = models.PositiveSmallIntegerField(null=True, blank=True)
+    risk_reasons = models.JSONField(default=list, blank=True)
+    approvals_required = models.PositiveSmallIntegerField(default=0)
+    error = models.JSONField(null=True, blank=True)
+    preview = models.JSONField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    approved_arguments_hash = models.CharField(max_length=64, blank=True)
+    approved_tool_version = models.PositiveIntegerField(null=True, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        permissions = [("review_toolcall", "Can work the review queue and decide calls")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agent", "idempotency_key"],
+                condition=models.Q(idempotency_key__isnull=False),
+                name="toolcall_unique_idempotency_key_per_agent",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["status", "-risk_tier", "created_at"], name="toolcall_queue"),
+            models.Index(fields=["agent", "conversation_id", "tool", "created_at"], name="toolcall_conversation"),
+            models.Index(fields=["created_at"], name="toolcall_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool.name} by {self.agent.name} ({self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    @property
+    def is_settled(self) -> bool:
+        return self.status in SETTLED_STATUSES
+
+    def audit(self, action: str, *, actor: tuple[str, str], data: dict[str, Any] | None = None) -> None:
+        """Write an audit event about this call (inside the caller's transaction)."""
+        record(
+            action,
+            actor=actor,
+            call_id=self.pk,
+            agent_name=self.agent.name,
+            tool_name=self.tool.name,
+            data=data,
+        )
+
+    def transition(
+        self,
+        expected: str | tuple[str, ...],
+        to: str,
+        *,
+        actor: tuple[str, str],
+        action: str,
+        data: dict[str, Any] | None = None,
+        **fields: Any,
+    ) -> bool:
+        """Move from `expected` to `to` if, and only if, the row is still in `expected`.
+
+        Returns whether this caller won. The audit event commits with the change.
+        """
+        allowed = (expected,) if isinstance(expected, str) else expected
+        with transaction.atomic():
+            changed = ToolCall.objects.filter(pk=self.pk, status__in=allowed).update(status=to, **fields)
+            if not changed:
+                return False
+            self.status = to
+            for name, value in fields.items():
+                setattr(self, name, value)
+            self.audit(action, actor=actor, data={"from": list(allowed), "to": to, **(data or {})})
+        return True
+
+
+class DecisionKind(models.TextChoices):
+    APPROVE = "approve", "Approve"
+    REJECT = "reject", "Reject"
+    EDIT = "edit", "Edit arguments"
+
+
+class Decision(models.Model):
+    """A reviewer's act on a call, bound to the exact arguments and tool version they saw."""
+
+    call = models.ForeignKey(ToolCall, on_delete=models.CASCADE, related_name="decisions")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    reviewer_name = models.CharField(max_length=150)
+    kind = models.CharField(max_length=16, choices=DecisionKind.choices)
+    reason = models.TextField(blank=True)
+    arguments_hash = models.CharField(max_length=64)
+    tool_version = models.PositiveIntegerField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at"]
+        constraints = [
+            # One reviewer approving the same arguments twice counts once.
+            models.UniqueConstraint(
+                fields=["call", "reviewer", "arguments_hash"],
+                condition=models.Q(kind="approve"),
+                name="decision_one_approval_per_reviewer",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.reviewer_name} {self.kind} {self.call_id}"

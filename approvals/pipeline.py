@@ -1,0 +1,262 @@
+"""The governance pipeline around the pure decision: resolve, decide, store, audit.
+
+`propose()` turns one proposal into a stored ToolCall (or a refusal) and an audit
+event, in one transaction. The decision itself is `toolcatalog.policy.evaluate()`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from agents.models import Agent, Grant
+from approvals import execution
+from approvals.errors import ApiError
+from approvals.models import Status, ToolCall
+from audit.chain import canonical_json, record_alone
+from audit.models import ActorKind
+from toolcatalog.policies import policy_for
+from toolcatalog.policy import Outcome, Verdict, evaluate
+
+HEX32 = re.compile(r"^[a-f0-9]{32}$")
+
+
+@dataclass
+class Proposal:
+    tool: str
+    arguments: dict[str, Any]
+    idempotency_key: str | None = None
+    conversation_id: str | None = None
+    step: int | None = None
+    call_index: int | None = None
+    justification: str = ""
+    dry_run: bool = False
+
+
+@dataclass
+class Proposed:
+    """What happened to a proposal: the call, whether it was a replay, or a preview."""
+
+    call: ToolCall | None = None
+    replayed: bool = False
+    preview: dict[str, Any] | None = None
+    verdict: Verdict | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def arguments_hash(arguments: dict[str, Any]) -> str:
+    """Return the hash of the canonical form of `arguments` (key order does not matter)."""
+    return sha256_hex(canonical_json(arguments))
+
+
+def derive_key(conversation_id: str, step: int, call_index: int) -> str:
+    """Return the idempotency key of one logical attempt: the same (conversation, step, call) → the same key."""
+    return sha256_hex(f"{conversation_id}:{step}:{call_index}")[:32]
+
+
+def resolve_key(proposal: Proposal) -> str | None:
+    """Return the call's idempotency key: given, derived from conversation/step/call, or None."""
+    if proposal.idempotency_key:
+        return proposal.idempotency_key
+    if proposal.conversation_id and proposal.step is not None and proposal.call_index is not None:
+        return derive_key(proposal.conversation_id, proposal.step, proposal.call_index)
+    arg_key = proposal.arguments.get("idempotency_key") if isinstance(proposal.arguments, dict) else None
+    return arg_key if isinstance(arg_key, str) and arg_key else None
+
+
+def downstream_key(key: str) -> str:
+    """Return `key` in the 32-lowercase-hex form tools' own `idempotency_key` arguments take."""
+    return key if HEX32.match(key) else sha256_hex(key)[:32]
+
+
+def fill_tool_key(grant: Grant, arguments: dict[str, Any], key: str | None) -> dict[str, Any]:
+    """Fill the tool's own `idempotency_key` argument from the call's key, or check they agree."""
+    if key is None or not grant.tool.takes_idempotency_key() or not isinstance(arguments, dict):
+        return arguments
+    given = arguments.get("idempotency_key")
+    if given is None:
+        return {**arguments, "idempotency_key": downstream_key(key)}
+    if given not in (key, downstream_key(key)):
+        raise ApiError(
+            "invalid_arguments",
+            "arguments.idempotency_key and the request's idempotency key disagree: send one, or the same in both.",
+            errors=[{"field": "idempotency_key", "problem": "must equal the request's idempotency key"}],
+        )
+    return arguments
+
+
+def resolve_grant(agent: Agent, tool_name: str) -> Grant:
+    """Return the agent's grant for an enabled tool, or refuse without revealing whether it exists."""
+    grant = (
+        Grant.objects.select_related("tool__base_tier")
+        .filter(agent=agent, tool__name=tool_name, tool__enabled=True)
+        .first()
+    )
+    if grant is None:
+        record_alone(
+            "call.refused",
+            actor=(ActorKind.AGENT, agent.name),
+            agent_name=agent.name,
+            tool_name=tool_name[:100],
+            data={"error": "unknown_or_not_permitted_tool"},
+        )
+        raise ApiError(
+            "unknown_or_not_permitted_tool",
+            f"No tool named {tool_name[:100]!r} is available to this agent. GET /api/v1/tools lists the tools it may use.",
+        )
+    return grant
+
+
+def propose(agent: Agent, proposal: Proposal) -> Proposed:
+    """Run one proposal through the pipeline; raise ApiError for a refusal."""
+    grant = resolve_grant(agent, proposal.tool)
+    tool = grant.tool
+    key = resolve_key(proposal)
+    arguments = fill_tool_key(grant, proposal.arguments, key)
+    verdict = evaluate(policy_for(tool), grant, arguments)
+    if not verdict.refused and verdict.risk_tier and key is None:
+        raise ApiError(
+            "malformed_request",
+            f"Calls at risk tier {verdict.risk_tier} need an idempotency_key "
+            "(or conversation_id, step and call_index to derive one).",
+        )
+    if proposal.dry_run:
+        return _dry_run(agent, grant, arguments, verdict)
+    request_hash = sha256_hex(canonical_json({"tool": tool.name, "arguments": arguments}))
+    if verdict.refused:
+        # A refusal does not bind the key (as Stripe does for requests that fail
+        # validation), but a key that already belongs to an accepted call still wins.
+        existing = ToolCall.objects.filter(agent=agent, idempotency_key=key).first() if key else None
+        if existing is not None:
+            return _replay(existing, request_hash)
+        _refuse(agent, grant, proposal, arguments, verdict)
+    call = ToolCall(
+        agent=agent,
+        tool=tool,
+        tool_version=tool.version,
+        arguments=arguments,
+        arguments_hash=arguments_hash(arguments),
+        request_hash=request_hash,
+        idempotency_key=key,
+        conversation_id=proposal.conversation_id or "",
+        step=proposal.step,
+        call_index=proposal.call_index,
+        justification=proposal.justification,
+        status=verdict.outcome,
+        risk_tier=verdict.risk_tier,
+        risk_reasons=verdict.risk_reasons,
+        approvals_required=verdict.approvals_required,
+    )
+    existing = _insert(call, verdict)
+    if existing is not None:
+        return _replay(existing, request_hash)
+    if call.status == Status.PENDING_APPROVAL:
+        execution.attach_preview(call)
+    return Proposed(call=call, verdict=verdict)
+
+
+def _insert(call: ToolCall, verdict: Verdict) -> ToolCall | None:
+    """Insert the call with its audit event; return the existing call if the key is taken.
+
+    The unique constraint on (agent, idempotency_key) decides between concurrent
+    duplicates: the loser's insert fails and it reads the winner's row.
+    """
+    now = timezone.now()
+    call.created_at = now
+    if verdict.outcome == Outcome.PENDING_APPROVAL and verdict.approval_window is not None:
+        call.expires_at = now + verdict.approval_window
+    if verdict.outcome == Outcome.APPROVED:
+        call.decided_at = now
+        call.approved_arguments_hash = call.arguments_hash
+        call.approved_tool_version = call.tool_version
+    try:
+        with transaction.atomic():
+            call.save(force_insert=True)
+            call.audit("call.proposed", actor=(ActorKind.AGENT, call.agent.name), data=_proposed_data(call))
+            if call.status == Status.APPROVED:
+                execution.enqueue_on_commit(call)
+    except IntegrityError:
+        if call.idempotency_key is None:
+            raise
+        return ToolCall.objects.select_related("tool", "agent").get(
+            agent=call.agent, idempotency_key=call.idempotency_key
+        )
+    return None
+
+
+def _proposed_data(call: ToolCall) -> dict[str, Any]:
+    return {
+        "status": call.status,
+        "risk_tier": call.risk_tier,
+        "risk_reasons": call.risk_reasons,
+        "tool_version": call.tool_version,
+        "arguments": call.arguments,
+        "arguments_hash": call.arguments_hash,
+        "idempotency_key": call.idempotency_key,
+        "conversation_id": call.conversation_id,
+        "step": call.step,
+        "call_index": call.call_index,
+        "justification": call.justification,
+    }
+
+
+def _replay(existing: ToolCall, request_hash: str) -> Proposed:
+    if existing.request_hash != request_hash:
+        raise ApiError(
+            "idempotency_conflict",
+            "This idempotency key was already used for a different tool or different arguments. "
+            "Use a new key for a new call.",
+            call_id=str(existing.pk),
+        )
+    return Proposed(call=existing, replayed=True)
+
+
+def _refuse(agent: Agent, grant: Grant, proposal: Proposal, arguments: Any, verdict: Verdict) -> None:
+    """Store and audit a refused proposal (without its key), then raise its error."""
+    error = ApiError(verdict.error_code or "malformed_request", verdict.message)
+    if verdict.errors:
+        error.details["errors"] = verdict.errors
+    if verdict.risk_tier is not None:
+        error.details.update(risk_tier=verdict.risk_tier, risk_reasons=verdict.risk_reasons)
+    call = ToolCall(
+        agent=agent,
+        tool=grant.tool,
+        tool_version=grant.tool.version,
+        arguments=arguments if isinstance(arguments, dict) else {"_": arguments},
+        arguments_hash=arguments_hash(arguments),
+        request_hash="",
+        conversation_id=proposal.conversation_id or "",
+        step=proposal.step,
+        call_index=proposal.call_index,
+        justification=proposal.justification,
+        status=Status.REFUSED,
+        risk_tier=verdict.risk_tier,
+        risk_reasons=verdict.risk_reasons,
+        error=error.body(),
+        finished_at=timezone.now(),
+    )
+    with transaction.atomic():
+        call.save(force_insert=True)
+        call.audit("call.refused", actor=(ActorKind.AGENT, agent.name), data={**_proposed_data(call), "error": call.error})
+    error.details["call_id"] = str(call.pk)
+    raise error
+
+
+def _dry_run(agent: Agent, grant: Grant, arguments: dict[str, Any], verdict: Verdict) -> Proposed:
+    """Predict the call's effect without storing or executing anything."""
+    if verdict.refused:
+        error = ApiError(verdict.error_code or "malformed_request", verdict.message)
+        if verdict.errors:
+            error.details["errors"] = verdict.errors
+        raise error
+    preview = execution.preview_arguments(grant.tool, agent, arguments)
+    return Proposed(preview=preview, verdict=verdict)

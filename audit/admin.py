@@ -1,0 +1,26 @@
+"""The audit log in admin: readable, searchable, never editable."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from audit.models import Event
+
+
+@admin.register(Event)
+class EventAdmin(admin.ModelAdmin):
+    list_display = ["seq", "created_at", "action", "actor_kind", "actor_name", "agent_name", "tool_name", "call_id"]
+    list_filter = ["actor_kind", "action"]
+    search_fields = ["=call_id", "actor_name", "agent_name", "tool_name", "action"]
+    date_hierarchy = "created_at"
+    show_full_result_count = False
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Event | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Event | None = None) -> bool:
+        return False

@@ -1,0 +1,53 @@
+"""The tamper-evident audit log: an append-only hash chain of events.
+
+This app is a leaf: it imports no other Gatehouse app. Calls and agents are
+referenced by value (id, name) so an event outlives whatever it describes.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class ActorKind(models.TextChoices):
+    AGENT = "agent", "Agent"
+    REVIEWER = "reviewer", "Reviewer"
+    ADMIN = "admin", "Admin"
+    SYSTEM = "system", "System"
+
+
+class Event(models.Model):
+    """One step of one thing that happened, chained to the event before it."""
+
+    seq = models.BigIntegerField(unique=True, help_text="Position in the hash chain, from 1.")
+    created_at = models.DateTimeField(db_index=True)
+    actor_kind = models.CharField(max_length=16, choices=ActorKind.choices)
+    actor_name = models.CharField(max_length=150)
+    action = models.CharField(max_length=64, db_index=True)
+    call_id = models.UUIDField(null=True, blank=True, db_index=True)
+    agent_name = models.CharField(max_length=150, blank=True, db_index=True)
+    tool_name = models.CharField(max_length=100, blank=True, db_index=True)
+    data = models.JSONField(default=dict, blank=True)
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64, unique=True)
+
+    class Meta:
+        ordering = ["-seq"]
+        indexes = [models.Index(fields=["call_id", "seq"], name="audit_event_call_seq")]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.action} by {self.actor_kind}:{self.actor_name}"
+
+    def hashed_fields(self) -> dict[str, object]:
+        """Return exactly the fields the hash covers, in a stable form."""
+        return {
+            "seq": self.seq,
+            "created_at": self.created_at.isoformat(),
+            "actor_kind": self.actor_kind,
+            "actor_name": self.actor_name,
+            "action": self.action,
+            "call_id": str(self.call_id) if self.call_id else None,
+            "agent_name": self.agent_name,
+            "tool_name": self.tool_name,
+            "data": self.data,
+        }

@@ -1,0 +1,69 @@
+"""The Celery application: Redis broker in production, the filesystem broker embedded.
+
+Delivery is at-least-once (late acks, re-queue when a worker dies); the execution task
+makes that safe by claiming its row with a compare-and-set before any effect.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+app = Celery("gatehouse")
+
+
+def _filesystem_transport_options(folder: Path) -> dict[str, object]:
+    """Return the filesystem broker's options, creating its folders (it needs them absolute)."""
+    for sub in ("out", "processed"):
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+    return {
+        "data_folder_in": str(folder / "out"),
+        "data_folder_out": str(folder / "out"),
+        "processed_folder": str(folder / "processed"),
+        "store_processed": False,
+        "polling_interval": 0.1,
+    }
+
+
+@app.on_configure.connect
+def configure(sender: Celery, **kwargs: object) -> None:
+    """Apply Gatehouse's delivery guarantees from Django settings (on first use)."""
+    from django.conf import settings
+
+    broker_url = settings.CELERY_BROKER_URL
+    transport_options: dict[str, object] = {
+        # Above the hard time limit, so Redis never re-delivers a task still running.
+        "visibility_timeout": settings.CELERY_TASK_HARD_TIME_LIMIT * 3,
+    }
+    if broker_url.startswith("filesystem://"):
+        transport_options.update(
+            _filesystem_transport_options(Path(settings.CELERY_FILESYSTEM_DIR).resolve())
+        )
+    sender.conf.update(
+        broker_url=broker_url,
+        broker_transport_options=transport_options,
+        broker_connection_retry_on_startup=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_time_limit=settings.CELERY_TASK_HARD_TIME_LIMIT,
+        task_soft_time_limit=settings.CELERY_TASK_SOFT_TIME_LIMIT,
+        task_ignore_result=True,
+        task_serializer="json",
+        accept_content=["json"],
+        timezone="UTC",
+        worker_hijack_root_logger=False,
+        beat_schedule={
+            "sweep": {
+                "task": "approvals.tasks.sweep",
+                "schedule": float(settings.CELERY_SWEEP_INTERVAL_SECONDS),
+            },
+        },
+    )
+
+
+app.autodiscover_tasks()

@@ -1,0 +1,11 @@
+from django.contrib import admin
+from django.urls import path
+
+from approvals.api import api
+from approvals.health import healthz
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("api/v1/", api.urls),
+    path("healthz", healthz, name="healthz"),
+]

@@ -1,0 +1,96 @@
+"""Shared fixtures: the demo catalog, agents with tokens, and an API helper.
+
+The suite runs against real PostgreSQL and Redis (see `make test`); if either is
+unreachable the session stops at once with a message saying which.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+from django.test import Client
+
+from agents.models import Agent
+from agents.provisioning import create_or_update_agent
+
+
+def _reachable(url: str, default_port: int) -> bool:
+    parsed = urlparse(url)
+    try:
+        with socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or default_port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    database_url = os.environ.get("DATABASE_URL", "")
+    broker_url = os.environ.get("CELERY_BROKER_URL", "")
+    if database_url.startswith("postgres") and not _reachable(database_url, 5432):
+        pytest.exit(f"PostgreSQL is not reachable at {database_url}: start it (see README) and run again.", 3)
+    if broker_url.startswith("redis") and not _reachable(broker_url, 6379):
+        pytest.exit(f"Redis is not reachable at {broker_url}: start it (see README) and run again.", 3)
+
+
+@pytest.fixture
+def catalog(db: None) -> dict[str, Any]:
+    """The demo tiers and tools (with their rules), without downstream data or agents."""
+    from demo.catalog import TOOLS
+    from demo.management.commands.seed_demo import seed_tiers, seed_tool
+
+    tiers = seed_tiers()
+    return {spec["name"]: seed_tool(spec, tiers) for spec in TOOLS}
+
+
+AgentFactory = Callable[..., tuple[Agent, str]]
+
+
+@pytest.fixture
+def make_agent(catalog: dict[str, Any]) -> AgentFactory:
+    """Create an agent with grants; returns (agent, token)."""
+
+    def make(name: str = "support-agent", grants: dict[str, int] | None = None, owner: str | None = None) -> tuple[Agent, str]:
+        return create_or_update_agent(name, grants if grants is not None else {"emitir_estorno": 3}, owner_username=owner)
+
+    return make
+
+
+class AgentApi:
+    """A thin JSON client for the agent API, bound to one token."""
+
+    def __init__(self, client: Client, token: str | None) -> None:
+        self.client = client
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    def tools(self) -> Any:
+        return self.client.get("/api/v1/tools", headers=self.headers)
+
+    def propose(self, body: Any, *, wait: float | None = None, raw: bytes | str | None = None) -> Any:
+        path = "/api/v1/tool-calls" + (f"?wait={wait}" if wait else "")
+        data = raw if raw is not None else json.dumps(body)
+        return self.client.post(path, data=data, content_type="application/json", headers=self.headers)
+
+    def get(self, call_id: str, *, wait: float | None = None) -> Any:
+        return self.client.get(f"/api/v1/tool-calls/{call_id}" + (f"?wait={wait}" if wait else ""), headers=self.headers)
+
+
+@pytest.fixture
+def agent_api(make_agent: AgentFactory) -> Callable[..., AgentApi]:
+    """Return a factory: agent_api(name, grants) → an AgentApi for a fresh agent."""
+
+    def make(name: str = "support-agent", grants: dict[str, int] | None = None, owner: str | None = None) -> AgentApi:
+        _, token = make_agent(name, grants, owner)
+        return AgentApi(Client(), token)
+
+    return make
+
+
+def refund(valor: int = 10000, motivo: str = "produto_defeituoso", pedido: str = "PED-00000001", **extra: Any) -> dict[str, Any]:
+    """A proposal body for seed 000's refund tool."""
+    return {"tool": "emitir_estorno", "arguments": {"pedido_id": pedido, "valor_centavos": valor, "motivo": motivo}, **extra}

@@ -1,0 +1,21 @@
+"""Executors: plugins that act on downstream systems, looked up by kind."""
+
+from toolcatalog.executors.base import (
+    ExecutionContext,
+    Executor,
+    ExecutorError,
+    PermanentError,
+    RetryableError,
+    Verification,
+)
+from toolcatalog.executors.registry import executor_for
+
+__all__ = [
+    "ExecutionContext",
+    "Executor",
+    "ExecutorError",
+    "PermanentError",
+    "RetryableError",
+    "Verification",
+    "executor_for",
+]

@@ -1,0 +1,71 @@
+"""The executor protocol: how Gatehouse acts on, previews and checks a downstream system.
+
+Executors are plugins looked up by kind (`toolcatalog.executors.registry`). They
+never see the agent's token: each attempt gets a credential scoped to one call.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ExecutionContext:
+    """Everything an executor may know about one attempt at one call."""
+
+    tool_name: str
+    arguments: dict[str, Any]
+    resource: str | None
+    call_id: str
+    agent_name: str
+    idempotency_key: str
+    credential: str
+    approval_ref: str = ""
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What reading the downstream state back showed."""
+
+    confirmed: bool
+    observed: dict[str, Any]
+    detail: str = ""
+
+
+class ExecutorError(Exception):
+    """A failed attempt. `retryable` says whether trying again may succeed."""
+
+    retryable: bool = False
+
+    def __init__(self, message: str, *, detail: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail or {}
+
+
+class PermanentError(ExecutorError):
+    retryable = False
+
+
+class RetryableError(ExecutorError):
+    retryable = True
+
+
+class Executor(ABC):
+    """Acts on one downstream system for one tool."""
+
+    def __init__(self, ref: str) -> None:
+        self.ref = ref
+
+    @abstractmethod
+    def execute(self, ctx: ExecutionContext) -> dict[str, Any]:
+        """Apply the effect once (the idempotency key makes a repeat harmless); return its result."""
+
+    @abstractmethod
+    def dry_run(self, ctx: ExecutionContext) -> dict[str, Any]:
+        """Predict the effect without applying it: `{summary, before, after}`."""
+
+    @abstractmethod
+    def verify(self, ctx: ExecutionContext, result: dict[str, Any]) -> Verification:
+        """Read the downstream state back and say whether the effect is really there."""
