@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from toolcatalog.models import TIER_LEVELS, Tool
 
-TOKEN_PREFIX = "gh_"
+TOKEN_PREFIX = "gh_"  # noqa: S105 — a prefix, not a secret
 
 
 def hash_token(token: str) -> str:

@@ -147,9 +147,7 @@ def _api_error(request: HttpRequest, exc: ApiError) -> HttpResponse:
 
 @api.exception_handler(AuthenticationError)
 def _unauthorized(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
-    response = error_response(
-        ApiError("unauthorized", "Send a valid agent token as 'Authorization: Bearer <token>'.")
-    )
+    response = error_response(ApiError("unauthorized", "Send a valid agent token as 'Authorization: Bearer <token>'."))
     response["WWW-Authenticate"] = 'Bearer realm="gatehouse"'
     return response
 

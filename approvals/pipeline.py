@@ -111,7 +111,8 @@ def resolve_grant(agent: Agent, tool_name: str) -> Grant:
         )
         raise ApiError(
             "unknown_or_not_permitted_tool",
-            f"No tool named {tool_name[:100]!r} is available to this agent. GET /api/v1/tools lists the tools it may use.",
+            f"No tool named {tool_name[:100]!r} is available to this agent. "
+            "GET /api/v1/tools lists the tools it may use.",
         )
     return grant
 
@@ -246,7 +247,9 @@ def _refuse(agent: Agent, grant: Grant, proposal: Proposal, arguments: Any, verd
     )
     with transaction.atomic():
         call.save(force_insert=True)
-        call.audit("call.refused", actor=(ActorKind.AGENT, agent.name), data={**_proposed_data(call), "error": call.error})
+        call.audit(
+            "call.refused", actor=(ActorKind.AGENT, agent.name), data={**_proposed_data(call), "error": call.error}
+        )
     error.details["call_id"] = str(call.pk)
     raise error
 

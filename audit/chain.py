@@ -30,9 +30,7 @@ ACTOR_SYSTEM = (ActorKind.SYSTEM, "gatehouse")
 
 def canonical_json(value: Any) -> str:
     """Return the one canonical JSON text of a value (sorted keys, no spaces)."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, cls=DjangoJSONEncoder
-    )
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, cls=DjangoJSONEncoder)
 
 
 def event_hash(prev_hash: str, fields: dict[str, object]) -> str:

@@ -40,9 +40,7 @@ def configure(sender: Celery, **kwargs: object) -> None:
         "visibility_timeout": settings.CELERY_TASK_HARD_TIME_LIMIT * 3,
     }
     if broker_url.startswith("filesystem://"):
-        transport_options.update(
-            _filesystem_transport_options(Path(settings.CELERY_FILESYSTEM_DIR).resolve())
-        )
+        transport_options.update(_filesystem_transport_options(Path(settings.CELERY_FILESYSTEM_DIR).resolve()))
     sender.conf.update(
         broker_url=broker_url,
         broker_transport_options=transport_options,

@@ -57,7 +57,7 @@ SECRET_KEY = os.environ.get("SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
-    SECRET_KEY = "dev-only-insecure-secret-key-for-local-use-never-in-production-0123456789"
+    SECRET_KEY = "dev-only-insecure-secret-key-for-local-use-never-in-production-0123456789"  # noqa: S105
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"] if DEBUG else [])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
@@ -117,9 +117,7 @@ TEMPLATES = [
 if "DATABASE_URL" not in os.environ:
     VAR_DIR.mkdir(parents=True, exist_ok=True)  # the embedded default must work from a fresh clone
 DATABASES = {
-    "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'gatehouse.sqlite3'}")
-    )
+    "default": dj_database_url.parse(os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'gatehouse.sqlite3'}"))
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"]["OPTIONS"] = {

@@ -1,5 +1,5 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
 from approvals.api import api
 from approvals.health import healthz
@@ -8,4 +8,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
     path("healthz", healthz, name="healthz"),
+    path("demo-services/", include("demo.urls")),
 ]

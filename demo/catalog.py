@@ -164,7 +164,9 @@ TOOLS: list[dict[str, Any]] = [
         "description": "Release a seat hold (the compensation of hold_seats). Releasing twice is harmless.",
         "input_schema": {
             "type": "object",
-            "properties": {"hold_id": {"type": "string", "minLength": 1, "maxLength": 64, "description": "The hold's id."}},
+            "properties": {
+                "hold_id": {"type": "string", "minLength": 1, "maxLength": 64, "description": "The hold's id."}
+            },
             "required": ["hold_id"],
             "additionalProperties": False,
         },
@@ -179,7 +181,10 @@ TOOLS: list[dict[str, Any]] = [
 
 # name → (description, {tool: max tier})
 AGENTS: dict[str, tuple[str, dict[str, int]]] = {
-    "support-agent": ("Customer support: looks up orders and issues refunds.", {"emitir_estorno": 3, "get_order_status": 0}),
+    "support-agent": (
+        "Customer support: looks up orders and issues refunds.",
+        {"emitir_estorno": 3, "get_order_status": 0},
+    ),
     "box-office-agent": (
         "Box office: finds and holds seats for fans.",
         {"search_seats": 0, "hold_seats": 1, "release_hold": 1},

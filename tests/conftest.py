@@ -19,6 +19,9 @@ from django.test import Client
 from agents.models import Agent
 from agents.provisioning import create_or_update_agent
 
+# Fixtures that start real processes (Celery workers, beat, servers) live in their own module.
+pytest_plugins = ["tests.processes"]
+
 
 def _reachable(url: str, default_port: int) -> bool:
     parsed = urlparse(url)
@@ -55,8 +58,12 @@ AgentFactory = Callable[..., tuple[Agent, str]]
 def make_agent(catalog: dict[str, Any]) -> AgentFactory:
     """Create an agent with grants; returns (agent, token)."""
 
-    def make(name: str = "support-agent", grants: dict[str, int] | None = None, owner: str | None = None) -> tuple[Agent, str]:
-        return create_or_update_agent(name, grants if grants is not None else {"emitir_estorno": 3}, owner_username=owner)
+    def make(
+        name: str = "support-agent", grants: dict[str, int] | None = None, owner: str | None = None
+    ) -> tuple[Agent, str]:
+        return create_or_update_agent(
+            name, grants if grants is not None else {"emitir_estorno": 3}, owner_username=owner
+        )
 
     return make
 
@@ -77,7 +84,9 @@ class AgentApi:
         return self.client.post(path, data=data, content_type="application/json", headers=self.headers)
 
     def get(self, call_id: str, *, wait: float | None = None) -> Any:
-        return self.client.get(f"/api/v1/tool-calls/{call_id}" + (f"?wait={wait}" if wait else ""), headers=self.headers)
+        return self.client.get(
+            f"/api/v1/tool-calls/{call_id}" + (f"?wait={wait}" if wait else ""), headers=self.headers
+        )
 
 
 @pytest.fixture
@@ -91,6 +100,12 @@ def agent_api(make_agent: AgentFactory) -> Callable[..., AgentApi]:
     return make
 
 
-def refund(valor: int = 10000, motivo: str = "produto_defeituoso", pedido: str = "PED-00000001", **extra: Any) -> dict[str, Any]:
+def refund(
+    valor: int = 10000, motivo: str = "produto_defeituoso", pedido: str = "PED-00000001", **extra: Any
+) -> dict[str, Any]:
     """A proposal body for seed 000's refund tool."""
-    return {"tool": "emitir_estorno", "arguments": {"pedido_id": pedido, "valor_centavos": valor, "motivo": motivo}, **extra}
+    return {
+        "tool": "emitir_estorno",
+        "arguments": {"pedido_id": pedido, "valor_centavos": valor, "motivo": motivo},
+        **extra,
+    }

@@ -114,7 +114,7 @@ class RiskRule(models.Model):
     name = models.CharField(max_length=100)
     description = models.TextField(blank=True)
     condition = models.JSONField(
-        help_text='A JSON Schema over the arguments; the rule fires when they match it. '
+        help_text="A JSON Schema over the arguments; the rule fires when they match it. "
         'Example: {"properties": {"valor_centavos": {"minimum": 20001}}}'
     )
     tier = models.ForeignKey(RiskTier, on_delete=models.PROTECT, related_name="+")

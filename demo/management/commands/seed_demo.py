@@ -24,7 +24,9 @@ def seed_tiers() -> dict[int, RiskTier]:
     """Create or update the four tiers."""
     tiers = {}
     for spec in TIERS:
-        tier, _ = RiskTier.objects.update_or_create(level=spec["level"], defaults={k: v for k, v in spec.items() if k != "level"})
+        tier, _ = RiskTier.objects.update_or_create(
+            level=spec["level"], defaults={k: v for k, v in spec.items() if k != "level"}
+        )
         tiers[tier.level] = tier
     return tiers
 
@@ -32,7 +34,9 @@ def seed_tiers() -> dict[int, RiskTier]:
 def seed_tool(spec: dict[str, Any], tiers: dict[int, RiskTier]) -> Tool:
     """Create or update one demo tool and its rules (saving only what changed, so versions stay put)."""
     fields = {k: v for k, v in spec.items() if k not in {"name", "rules", "base_tier"}}
-    fields.update(base_tier=tiers[spec["base_tier"]], executor_kind="http", executor_ref=f"/demo-services/tools/{spec['name']}")
+    fields.update(
+        base_tier=tiers[spec["base_tier"]], executor_kind="http", executor_ref=f"/demo-services/tools/{spec['name']}"
+    )
     tool = Tool.objects.filter(name=spec["name"]).first()
     if tool is None:
         tool = Tool.objects.create(name=spec["name"], **fields)
@@ -41,8 +45,14 @@ def seed_tool(spec: dict[str, Any], tiers: dict[int, RiskTier]) -> Tool:
             setattr(tool, k, v)
         tool.save()
     for rule_spec in spec.get("rules", []):
-        rule = RiskRule.objects.filter(tool=tool, name=rule_spec["name"]).first() or RiskRule(tool=tool, name=rule_spec["name"])
-        wanted = {"description": rule_spec["description"], "condition": rule_spec["condition"], "tier": tiers[rule_spec["tier"]]}
+        rule = RiskRule.objects.filter(tool=tool, name=rule_spec["name"]).first() or RiskRule(
+            tool=tool, name=rule_spec["name"]
+        )
+        wanted = {
+            "description": rule_spec["description"],
+            "condition": rule_spec["condition"],
+            "tier": tiers[rule_spec["tier"]],
+        }
         if rule.pk is None or any(getattr(rule, k) != v for k, v in wanted.items()):
             for k, v in wanted.items():
                 setattr(rule, k, v)
@@ -59,7 +69,9 @@ def seed_people(password: str) -> None:
         group.permissions.add(perm)
     User = get_user_model()
     for username in ("alice", "bob"):
-        user = User.objects.filter(username=username).first() or User(username=username, email=f"{username}@example.com")
+        user = User.objects.filter(username=username).first() or User(
+            username=username, email=f"{username}@example.com"
+        )
         user.set_password(password)
         user.save()
         user.groups.add(reviewers, seniors)

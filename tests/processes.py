@@ -1,0 +1,1 @@
+"""Fixtures that start real processes for the tests that prove execution."""
