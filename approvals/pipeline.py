@@ -9,12 +9,14 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from django.db import IntegrityError, transaction
+from django.db.models import Exists, OuterRef, Subquery
 from django.utils import timezone
 
-from agents.models import Agent, Grant
+from agents.breakers import record_failure, record_success
+from agents.models import Agent, CircuitBreaker, Grant
 from approvals import execution
 from approvals.errors import ApiError
 from approvals.models import Status, ToolCall
@@ -95,9 +97,18 @@ def fill_tool_key(grant: Grant, arguments: dict[str, Any], key: str | None) -> d
 
 
 def resolve_grant(agent: Agent, tool_name: str) -> Grant:
-    """Return the agent's grant for an enabled tool, or refuse without revealing whether it exists."""
+    """Return the agent's grant for an enabled tool, or refuse without revealing whether it exists.
+
+    The grant comes annotated with its circuit breaker's state, so the hot path
+    pays no extra query for it.
+    """
+    breakers = CircuitBreaker.objects.filter(agent=OuterRef("agent"), tool=OuterRef("tool"))
     grant = (
         Grant.objects.select_related("tool__base_tier")
+        .annotate(
+            breaker_open=Exists(breakers.filter(opened_at__isnull=False)),
+            breaker_failures=Subquery(breakers.values("consecutive_failures")[:1]),
+        )
         .filter(agent=agent, tool__name=tool_name, tool__enabled=True)
         .first()
     )
@@ -109,21 +120,57 @@ def resolve_grant(agent: Agent, tool_name: str) -> Grant:
             tool_name=tool_name[:100],
             data={"error": "unknown_or_not_permitted_tool"},
         )
+        # The same body whether the tool does not exist or is not granted: existence is not revealed.
         raise ApiError(
             "unknown_or_not_permitted_tool",
-            f"No tool named {tool_name[:100]!r} is available to this agent. "
-            "GET /api/v1/tools lists the tools it may use.",
+            "No tool by that name is available to this agent. GET /api/v1/tools lists the tools it may use.",
         )
     return grant
+
+
+def gate_error(agent: Agent, grant: Grant, proposal: Proposal) -> ApiError | None:
+    """Return the refusal of an open circuit breaker or an exhausted budget, if any."""
+    if grant.breaker_open:  # type: ignore[attr-defined]
+        return ApiError(
+            "circuit_open",
+            f"Too many consecutive failed calls of '{grant.tool.name}': a reviewer must reset this "
+            "agent's circuit breaker before it may call the tool again.",
+        )
+    budget = agent.max_calls_per_conversation
+    if budget and proposal.conversation_id:
+        used = ToolCall.objects.filter(agent=agent, conversation_id=proposal.conversation_id).count()
+        if used >= budget:
+            return ApiError(
+                "budget_exhausted",
+                f"This conversation has used its budget of {budget} tool calls. Finish, or hand over to a person.",
+                budget=budget,
+            )
+    return None
+
+
+def _refuse_gate(agent: Agent, grant: Grant, error: ApiError) -> NoReturn:
+    record_alone(
+        "call.refused",
+        actor=(ActorKind.AGENT, agent.name),
+        agent_name=agent.name,
+        tool_name=grant.tool.name,
+        data={"error": error.code},
+    )
+    raise error
 
 
 def propose(agent: Agent, proposal: Proposal) -> Proposed:
     """Run one proposal through the pipeline; raise ApiError for a refusal."""
     grant = resolve_grant(agent, proposal.tool)
-    tool = grant.tool
     key = resolve_key(proposal)
     arguments = fill_tool_key(grant, proposal.arguments, key)
-    verdict = evaluate(policy_for(tool), grant, arguments)
+    request_hash = sha256_hex(canonical_json({"tool": grant.tool.name, "arguments": arguments}))
+    # A refusal does not bind the key (as Stripe does for requests that fail
+    # validation), but a key that already belongs to an accepted call still wins.
+    refused_error = gate_error(agent, grant, proposal)
+    if refused_error is not None:
+        return _replay_existing(agent, key, request_hash) or _refuse_gate(agent, grant, refused_error)
+    verdict = evaluate(policy_for(grant.tool), grant, arguments)
     if not verdict.refused and verdict.risk_tier and key is None:
         raise ApiError(
             "malformed_request",
@@ -132,18 +179,31 @@ def propose(agent: Agent, proposal: Proposal) -> Proposed:
         )
     if proposal.dry_run:
         return _dry_run(agent, grant, arguments, verdict)
-    request_hash = sha256_hex(canonical_json({"tool": tool.name, "arguments": arguments}))
     if verdict.refused:
-        # A refusal does not bind the key (as Stripe does for requests that fail
-        # validation), but a key that already belongs to an accepted call still wins.
-        existing = ToolCall.objects.filter(agent=agent, idempotency_key=key).first() if key else None
-        if existing is not None:
-            return _replay(existing, request_hash)
-        _refuse(agent, grant, proposal, arguments, verdict)
+        return _replay_existing(agent, key, request_hash) or _refuse(agent, grant, proposal, arguments, verdict)
+    return _accept(agent, grant, proposal, arguments, verdict, key, request_hash)
+
+
+def _replay_existing(agent: Agent, key: str | None, request_hash: str) -> Proposed | None:
+    """Return a replay of the accepted call holding `key`, if there is one."""
+    existing = ToolCall.objects.select_related("tool").filter(agent=agent, idempotency_key=key).first() if key else None
+    return _replay(existing, request_hash) if existing is not None else None
+
+
+def _accept(
+    agent: Agent,
+    grant: Grant,
+    proposal: Proposal,
+    arguments: dict[str, Any],
+    verdict: Verdict,
+    key: str | None,
+    request_hash: str,
+) -> Proposed:
+    """Store an accepted proposal (approved or pending); a duplicate key becomes a replay."""
     call = ToolCall(
         agent=agent,
-        tool=tool,
-        tool_version=tool.version,
+        tool=grant.tool,
+        tool_version=grant.tool.version,
         arguments=arguments,
         arguments_hash=arguments_hash(arguments),
         request_hash=request_hash,
@@ -160,6 +220,8 @@ def propose(agent: Agent, proposal: Proposal) -> Proposed:
     existing = _insert(call, verdict)
     if existing is not None:
         return _replay(existing, request_hash)
+    if grant.breaker_failures:  # type: ignore[attr-defined]
+        record_success(agent_id=agent.pk, tool_id=grant.tool_id)
     if call.status == Status.PENDING_APPROVAL:
         execution.attach_preview(call)
     return Proposed(call=call, verdict=verdict)
@@ -221,8 +283,8 @@ def _replay(existing: ToolCall, request_hash: str) -> Proposed:
     return Proposed(call=existing, replayed=True)
 
 
-def _refuse(agent: Agent, grant: Grant, proposal: Proposal, arguments: Any, verdict: Verdict) -> None:
-    """Store and audit a refused proposal (without its key), then raise its error."""
+def _refuse(agent: Agent, grant: Grant, proposal: Proposal, arguments: Any, verdict: Verdict) -> NoReturn:
+    """Store and audit a refused proposal (without its key), count it for the breaker, raise its error."""
     error = ApiError(verdict.error_code or "malformed_request", verdict.message)
     if verdict.errors:
         error.details["errors"] = verdict.errors
@@ -249,6 +311,9 @@ def _refuse(agent: Agent, grant: Grant, proposal: Proposal, arguments: Any, verd
         call.save(force_insert=True)
         call.audit(
             "call.refused", actor=(ActorKind.AGENT, agent.name), data={**_proposed_data(call), "error": call.error}
+        )
+        record_failure(
+            agent_id=agent.pk, tool_id=grant.tool_id, kind=error.code, agent_name=agent.name, tool_name=grant.tool.name
         )
     error.details["call_id"] = str(call.pk)
     raise error

@@ -86,7 +86,9 @@ _PROBLEMS = {
 
 def argument_errors(validator: Draft202012Validator, arguments: Any) -> list[FieldError]:
     """Return every problem with `arguments`, sorted by field, or [] if they are valid."""
-    problems: list[FieldError] = []
+    problems: dict[tuple[str, str], FieldError] = {}
     for error in validator.iter_errors(arguments):
-        problems.extend(_describe(error))
-    return sorted(problems, key=lambda item: (item["field"], item["problem"]))
+        # One jsonschema error per missing property, each listing them all: keep one of each.
+        for problem in _describe(error):
+            problems.setdefault((problem["field"], problem["problem"]), problem)
+    return [problems[key] for key in sorted(problems)]
