@@ -6,7 +6,23 @@ referenced by value (id, name) so an event outlives whatever it describes.
 
 from __future__ import annotations
 
+from datetime import datetime
+from uuid import UUID
+
 from django.db import models
+
+# The fields an event's hash covers, in the order `Event.fields_to_hash` takes them.
+HASHED_FIELDS = (
+    "seq",
+    "created_at",
+    "actor_kind",
+    "actor_name",
+    "action",
+    "call_id",
+    "agent_name",
+    "tool_name",
+    "data",
+)
 
 
 class ActorKind(models.TextChoices):
@@ -40,14 +56,29 @@ class Event(models.Model):
 
     def hashed_fields(self) -> dict[str, object]:
         """Return exactly the fields the hash covers, in a stable form."""
+        return self.fields_to_hash(*(getattr(self, name) for name in HASHED_FIELDS))
+
+    @staticmethod
+    def fields_to_hash(
+        seq: int,
+        created_at: datetime,
+        actor_kind: str,
+        actor_name: str,
+        action: str,
+        call_id: UUID | None,
+        agent_name: str,
+        tool_name: str,
+        data: object,
+    ) -> dict[str, object]:
+        """Return the hashed form of an event's fields (shared by writing and verifying)."""
         return {
-            "seq": self.seq,
-            "created_at": self.created_at.isoformat(),
-            "actor_kind": self.actor_kind,
-            "actor_name": self.actor_name,
-            "action": self.action,
-            "call_id": str(self.call_id) if self.call_id else None,
-            "agent_name": self.agent_name,
-            "tool_name": self.tool_name,
-            "data": self.data,
+            "seq": seq,
+            "created_at": created_at.isoformat(),
+            "actor_kind": actor_kind,
+            "actor_name": actor_name,
+            "action": action,
+            "call_id": str(call_id) if call_id else None,
+            "agent_name": agent_name,
+            "tool_name": tool_name,
+            "data": data,
         }

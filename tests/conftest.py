@@ -9,18 +9,19 @@ from __future__ import annotations
 import json
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlparse
 
 import pytest
+from django.db import connection
 from django.test import Client
 
 from agents.models import Agent
 from agents.provisioning import create_or_update_agent
 
 # Fixtures that start real processes (Celery workers, beat, servers) live in their own module.
-pytest_plugins = ["tests.processes"]
+pytest_plugins = ["tests.processes", "tests.mcp_server"]
 
 
 def _reachable(url: str, default_port: int) -> bool:
@@ -39,6 +40,40 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         pytest.exit(f"PostgreSQL is not reachable at {database_url}: start it (see README) and run again.", 3)
     if broker_url.startswith("redis") and not _reachable(broker_url, 6379):
         pytest.exit(f"Redis is not reachable at {broker_url}: start it (see README) and run again.", 3)
+
+
+def _wants_transactional_db(request: pytest.FixtureRequest) -> bool:
+    marker = request.node.get_closest_marker("django_db")
+    return (
+        "transactional_db" in request.fixturenames
+        or "live_server" in request.fixturenames
+        or bool(marker and marker.kwargs.get("transaction"))
+    )
+
+
+@pytest.fixture(autouse=True)
+def _flushable_audit_table(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Let transactional tests' teardown flush the append-only audit table.
+
+    Django empties tables with TRUNCATE after a transactional test, which the audit
+    table's trigger refuses (as it must in production). Only the test database's
+    teardown switches that one trigger off; the next transactional test switches it on.
+    """
+    if not _wants_transactional_db(request):
+        yield
+        return
+    request.getfixturevalue("transactional_db")
+    set_truncate_trigger(enabled=True)
+    yield
+    set_truncate_trigger(enabled=False)
+
+
+def set_truncate_trigger(*, enabled: bool) -> None:
+    """Enable or disable the audit table's TRUNCATE guard (PostgreSQL only)."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(f"ALTER TABLE audit_event {'ENABLE' if enabled else 'DISABLE'} TRIGGER audit_event_no_truncate")
 
 
 @pytest.fixture

@@ -1,0 +1,191 @@
+"""The audit log browser: filters, keyset pages, streamed CSV / JSON Lines export, chain status.
+
+`audit` is a leaf app, so the reviewer permission is named by string rather than
+imported. Pages use keyset pagination on `seq` (no COUNT, no OFFSET), so the first
+and the ten-thousandth page cost the same.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+
+from django import forms
+from django.contrib.auth.decorators import login_required, permission_required
+from django.core.cache import cache
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from audit.chain import first_break
+from audit.models import Event
+
+REVIEW_PERMISSION = "approvals.review_toolcall"
+PAGE_SIZE = 100
+EXPORT_BATCH = 2000
+CHAIN_CACHE_KEY = "audit:chain-status"
+CHAIN_CACHE_SECONDS = 120
+EXPORT_FIELDS = (
+    "seq",
+    "created_at",
+    "actor_kind",
+    "actor_name",
+    "action",
+    "call_id",
+    "agent_name",
+    "tool_name",
+    "data",
+    "prev_hash",
+    "hash",
+)
+# A spreadsheet would run a cell starting with these as a formula; agents choose some of this text.
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+
+
+class EventFilterForm(forms.Form):
+    agent = forms.CharField(required=False, max_length=150)
+    tool = forms.CharField(required=False, max_length=100)
+    action = forms.CharField(required=False, max_length=64)
+    call = forms.UUIDField(required=False, label="Call id")
+    date_from = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}))
+    date_to = forms.DateField(required=False, label="To", widget=forms.DateInput(attrs={"type": "date"}))
+
+
+def _day_start(day: date) -> datetime:
+    return datetime.combine(day, time.min, tzinfo=UTC)
+
+
+def filtered_events(form: EventFilterForm) -> QuerySet[Event]:
+    """Return the events matching the form's valid filters (exact matches on indexed columns)."""
+    form.is_valid()
+    data = getattr(form, "cleaned_data", {})
+    lookups = {
+        "agent_name": data.get("agent"),
+        "tool_name": data.get("tool"),
+        "action": data.get("action"),
+        "call_id": data.get("call"),
+        "created_at__gte": _day_start(data["date_from"]) if data.get("date_from") else None,
+        "created_at__lt": _day_start(data["date_to"] + timedelta(days=1)) if data.get("date_to") else None,
+    }
+    return Event.objects.filter(**{key: value for key, value in lookups.items() if value})
+
+
+def _before(request: HttpRequest) -> int | None:
+    try:
+        return int(request.GET["before"])
+    except (KeyError, ValueError):
+        return None
+
+
+def reviewer_only(view: Any) -> Any:
+    """Signed-in reviewers only (the same permission as the rest of the console)."""
+    return login_required(permission_required(REVIEW_PERMISSION, raise_exception=True)(view))
+
+
+@require_GET
+@reviewer_only
+def event_log(request: HttpRequest) -> HttpResponse:
+    """Audit events newest first, 100 a page; htmx polls of the first page get just the table."""
+    form = EventFilterForm(request.GET)
+    events = filtered_events(form)
+    before = _before(request)
+    if before is not None:
+        events = events.filter(seq__lt=before)
+    page = list(events.order_by("-seq")[: PAGE_SIZE + 1])
+    params = request.GET.copy()
+    params.pop("before", None)
+    context = {
+        "form": form,
+        "events": page[:PAGE_SIZE],
+        "next_before": page[PAGE_SIZE - 1].seq if len(page) > PAGE_SIZE else None,
+        "paged": before is not None,
+        "filter_query": params.urlencode(),
+    }
+    template = "audit/_event_rows.html" if request.htmx else "audit/event_log.html"
+    return render(request, template, context)
+
+
+def iter_events(events: QuerySet[Event]) -> Iterator[Event]:
+    """Yield events in chain order, in keyset batches (memory stays flat for a million rows)."""
+    last = 0
+    while True:
+        batch = list(events.filter(seq__gt=last).order_by("seq")[:EXPORT_BATCH])
+        if not batch:
+            return
+        yield from batch
+        last = batch[-1].seq
+
+
+def export_row(event: Event) -> dict[str, Any]:
+    """Return an event exactly as stored: what a verifier recomputes the hashes from."""
+    return {name: getattr(event, name) for name in EXPORT_FIELDS}
+
+
+def _safe_cell(value: Any) -> Any:
+    text = value if isinstance(value, str) else None
+    return "'" + text if text and text.startswith(FORMULA_PREFIXES) else value
+
+
+class _Echo:
+    """A file-like object whose write() returns the line, for streaming csv.writer output."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+def _csv_lines(events: QuerySet[Event]) -> Iterator[str]:
+    writer = csv.writer(_Echo())
+    yield writer.writerow(EXPORT_FIELDS)
+    for event in iter_events(events):
+        row = export_row(event)
+        row["data"] = json.dumps(row["data"], ensure_ascii=False, sort_keys=True)
+        yield writer.writerow([_safe_cell(value) if isinstance(value, str) else value for value in row.values()])
+
+
+def _json_lines(events: QuerySet[Event]) -> Iterator[str]:
+    for event in iter_events(events):
+        yield json.dumps(export_row(event), cls=DjangoJSONEncoder, ensure_ascii=False) + "\n"
+
+
+@require_GET
+@reviewer_only
+def export(request: HttpRequest, fmt: str) -> StreamingHttpResponse:
+    """Stream the filtered events as CSV (for people; formula-like cells quoted) or JSON Lines (exact)."""
+    events = filtered_events(EventFilterForm(request.GET))
+    stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
+    if fmt == "csv":
+        response = StreamingHttpResponse(_csv_lines(events), content_type="text/csv; charset=utf-8")
+    else:
+        response = StreamingHttpResponse(_json_lines(events), content_type="application/x-ndjson; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="gatehouse-audit-{stamp}.{fmt}"'
+    return response
+
+
+def chain_status(fresh: bool = False) -> dict[str, Any]:
+    """Return whether the hash chain verifies, re-walking it at most every two minutes unless `fresh`."""
+    status = None if fresh else cache.get(CHAIN_CACHE_KEY)
+    if status is None:
+        head = Event.objects.order_by("-seq").values_list("seq", flat=True).first() or 0
+        broken = first_break()
+        status = {
+            "intact": broken is None,
+            "checked_at": timezone.now(),
+            "events": head,
+            "break_seq": broken.seq if broken else None,
+            "break_reason": broken.reason if broken else "",
+        }
+        cache.set(CHAIN_CACHE_KEY, status, CHAIN_CACHE_SECONDS)
+    return status
+
+
+@require_GET
+@reviewer_only
+def chain(request: HttpRequest) -> HttpResponse:
+    """The chain verification badge, loaded after the page so a long walk never delays it."""
+    return render(request, "audit/_chain_status.html", {"chain": chain_status(fresh="fresh" in request.GET)})

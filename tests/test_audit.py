@@ -1,0 +1,101 @@
+"""The audit log is tamper-evident: append-only in PostgreSQL, hash-chained, checkpointed."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import DatabaseError, connection, transaction
+
+from audit.chain import first_break, record_alone
+from audit.checkpoints import checkpoint_problems, make_checkpoint
+from audit.models import ActorKind, Event
+from tests.conftest import set_truncate_trigger
+
+pytestmark = pytest.mark.django_db
+
+ACTOR = (ActorKind.SYSTEM, "test")
+
+
+def write_events(count: int) -> None:
+    for n in range(count):
+        record_alone(f"test.event{n % 3}", actor=ACTOR, data={"n": n, "text": "ação ✓", "nested": {"b": 1, "a": [1.5]}})
+
+
+def tamper(sql: str, params: list[object]) -> None:
+    """Change stored events as an attacker with database access would: triggers off for the session."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL session_replication_role = replica")
+        cursor.execute(sql, params)
+        cursor.execute("SET LOCAL session_replication_role = origin")
+
+
+def test_events_chain_from_genesis_and_verify() -> None:
+    write_events(10)
+    assert list(Event.objects.order_by("seq").values_list("seq", flat=True)) == list(range(1, 11))
+    assert first_break() is None
+    call_command("audit_verify")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_record_refuses_to_run_outside_a_transaction() -> None:
+    from audit.chain import record
+
+    with pytest.raises(RuntimeError, match="inside the transaction"):
+        record("x", actor=ACTOR)
+    assert not Event.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "statement",
+    ["UPDATE audit_event SET action = 'x'", "DELETE FROM audit_event", "TRUNCATE audit_event"],
+)
+def test_postgresql_refuses_to_change_or_remove_events(statement: str) -> None:
+    write_events(2)
+    set_truncate_trigger(enabled=True)
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(statement)
+    assert Event.objects.count() == 2
+
+
+def test_an_edited_event_is_named_by_audit_verify() -> None:
+    write_events(5)
+    tamper("UPDATE audit_event SET data = %s WHERE seq = 3", ['{"n": 999}'])
+    with pytest.raises(CommandError, match="event #3: its content does not match its hash"):
+        call_command("audit_verify")
+
+
+def test_a_deleted_event_is_named_by_audit_verify() -> None:
+    write_events(5)
+    tamper("DELETE FROM audit_event WHERE seq = 2", [])
+    with pytest.raises(CommandError, match="event #2 is missing"):
+        call_command("audit_verify")
+
+
+def test_a_rehashed_event_still_breaks_the_link_to_the_next() -> None:
+    write_events(5)
+    event = Event.objects.get(seq=3)
+    event.data = {"n": 999}
+    from audit.chain import event_hash
+
+    forged = event_hash(event.prev_hash, event.hashed_fields())
+    tamper("UPDATE audit_event SET data = %s, hash = %s WHERE seq = 3", ['{"n": 999}', forged])
+    assert first_break().seq == 4
+
+
+def test_signed_checkpoints_reveal_a_cut_off_tail(tmp_path) -> None:
+    write_events(5)
+    path = tmp_path / "checkpoints.txt"
+    call_command("audit_checkpoint", out=str(path))
+    call_command("audit_verify", checkpoints=str(path))
+    tamper("DELETE FROM audit_event WHERE seq >= 4", [])
+    assert first_break() is None  # a shortened chain verifies on its own…
+    with pytest.raises(CommandError, match="log ends at #3: its tail was cut off"):
+        call_command("audit_verify", checkpoints=str(path))  # …the checkpoint does not
+
+
+def test_a_forged_checkpoint_is_refused() -> None:
+    write_events(1)
+    token = make_checkpoint()
+    assert checkpoint_problems([token]) == []
+    assert checkpoint_problems([token[:-2] + "xx"]) == ["checkpoint 1 has a bad signature"]
