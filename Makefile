@@ -10,6 +10,7 @@ TEST_ENV := SECRET_KEY=test-secret-key-not-for-production-0123456789abcdef \
 	DEBUG=0 ALLOWED_HOSTS=localhost,127.0.0.1,testserver \
 	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/gatehouse} \
 	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-redis://127.0.0.1:6379/15} \
+	GATEHOUSE_RATE_LIMIT_PER_MINUTE=$${GATEHOUSE_RATE_LIMIT_PER_MINUTE:-100000} \
 	DJANGO_ALLOW_ASYNC_UNSAFE=true
 
 .PHONY: demo test lint format bench venv

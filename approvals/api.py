@@ -19,6 +19,7 @@ from ninja.parser import Parser
 from ninja.security import HttpBearer
 from pydantic import ConfigDict
 
+from agents import ratelimit
 from agents.models import Agent
 from approvals.errors import ERROR_STATUS, ApiError, error_response
 from approvals.jsonbody import loads_strict
@@ -42,8 +43,23 @@ class AgentBearer(HttpBearer):
 
     def authenticate(self, request: HttpRequest, token: str) -> Agent | None:
         agent = Agent.authenticate(token)
+        if agent is not None:
+            enforce_rate_limit(agent)
         request.agent = agent  # type: ignore[attr-defined]
         return agent
+
+
+def enforce_rate_limit(agent: Agent) -> None:
+    """Raise `rate_limited` (429, Retry-After) when the agent is over its per-minute limit."""
+    decision = ratelimit.hit(agent.pk)
+    if not decision.allowed:
+        error = ApiError(
+            "rate_limited",
+            f"Too many requests: slow down and retry after {decision.retry_after} s.",
+            retry_after=decision.retry_after,
+        )
+        error.headers["Retry-After"] = str(decision.retry_after)
+        raise error
 
 
 api = NinjaAPI(

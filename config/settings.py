@@ -171,8 +171,22 @@ LOGOUT_REDIRECT_URL = "/accounts/login/"
 DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
 GATEHOUSE_MAX_JSON_DEPTH = 64
 GATEHOUSE_MAX_WAIT_SECONDS = env_int("GATEHOUSE_MAX_WAIT_SECONDS", 30)
+# Per-agent requests per minute across all web processes (0 = no limit). Counted in
+# Redis when there is one (the broker's, unless GATEHOUSE_REDIS_URL says otherwise).
+GATEHOUSE_RATE_LIMIT_PER_MINUTE = env_int("GATEHOUSE_RATE_LIMIT_PER_MINUTE", 1200)
+GATEHOUSE_REDIS_URL = os.environ.get(
+    "GATEHOUSE_REDIS_URL",
+    os.environ.get("CELERY_BROKER_URL", "") if os.environ.get("CELERY_BROKER_URL", "").startswith("redis") else "",
+)
 GATEHOUSE_BREAKER_THRESHOLD = env_int("GATEHOUSE_BREAKER_THRESHOLD", 5)
 GATEHOUSE_DEMO_SERVICES_URL = os.environ.get("GATEHOUSE_DEMO_SERVICES_URL", "http://127.0.0.1:8000")
+# MCP endpoint (/mcp): browser origins allowed besides this site's own hosts and
+# CSRF_TRUSTED_ORIGINS ("scheme://host:*" allows any port); how long tools/call
+# waits for an auto-approved call to finish; how often open list_changed streams
+# re-read the catalog.
+GATEHOUSE_MCP_ALLOWED_ORIGINS = env_list("GATEHOUSE_MCP_ALLOWED_ORIGINS", [])
+GATEHOUSE_MCP_WAIT_SECONDS = env_int("GATEHOUSE_MCP_WAIT_SECONDS", 5)
+GATEHOUSE_MCP_CATALOG_POLL_SECONDS = env_int("GATEHOUSE_MCP_CATALOG_POLL_SECONDS", 2)
 
 # Celery: Redis in production and tests, the filesystem broker as embedded default.
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
