@@ -6,12 +6,13 @@ through `approvals.errors`, in the one documented shape.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
+from django.db import InterfaceError, OperationalError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import Field, NinjaAPI, Query, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -23,11 +24,13 @@ from agents import ratelimit
 from agents.models import Agent
 from approvals.errors import ERROR_STATUS, ApiError, error_response
 from approvals.jsonbody import loads_strict
+from approvals.middleware import database_unavailable
 from approvals.models import ToolCall
 from approvals.pipeline import Proposal, propose
 from approvals.serializers import call_body, tool_body
 from toolcatalog.models import Tool
 
+log = logging.getLogger(__name__)
 MAX_INT = 2**31 - 1
 
 
@@ -159,6 +162,13 @@ COMMON_ERRORS = ("unauthorized", "malformed_request", "payload_too_large", "rate
 @api.exception_handler(ApiError)
 def _api_error(request: HttpRequest, exc: ApiError) -> HttpResponse:
     return error_response(exc)
+
+
+@api.exception_handler(OperationalError)
+@api.exception_handler(InterfaceError)
+def _database_unavailable(request: HttpRequest, exc: Exception) -> HttpResponse:
+    log.warning("database unavailable during %s %s: %s", request.method, request.path, exc)
+    return database_unavailable(request)
 
 
 @api.exception_handler(AuthenticationError)

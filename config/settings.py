@@ -83,6 +83,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "approvals.middleware.ApiBodyLimitMiddleware",
+    "approvals.middleware.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -194,7 +195,8 @@ CELERY_FILESYSTEM_DIR = VAR_DIR / "broker"
 CELERY_TASK_HARD_TIME_LIMIT = 120
 CELERY_TASK_SOFT_TIME_LIMIT = 100
 CELERY_SWEEP_INTERVAL_SECONDS = env_int("GATEHOUSE_SWEEP_INTERVAL", 10)
-CELERY_EXECUTION_LEASE = timedelta(seconds=CELERY_TASK_HARD_TIME_LIMIT + 30)
+CELERY_EXECUTION_LEASE = timedelta(seconds=env_int("GATEHOUSE_EXECUTION_LEASE", CELERY_TASK_HARD_TIME_LIMIT + 30))
+CELERY_EXECUTION_MAX_ATTEMPTS = env_int("GATEHOUSE_EXECUTION_MAX_ATTEMPTS", 5)
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads nothing from it; the token travels in hx-headers
