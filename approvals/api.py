@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import Any
+from typing import Annotated, Any
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
@@ -18,7 +18,7 @@ from ninja import Field, NinjaAPI, Query, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 from ninja.security import HttpBearer
-from pydantic import ConfigDict
+from pydantic import BeforeValidator, ConfigDict
 
 from agents import ratelimit
 from agents.models import Agent
@@ -31,7 +31,8 @@ from approvals.serializers import call_body, tool_body
 from toolcatalog.models import Tool
 
 log = logging.getLogger(__name__)
-MAX_INT = 2**31 - 1
+# Lets clients (and schemathesis' stateful runs) follow a proposal to its call.
+READ_CALL_LINK = {"operationId": "readToolCall", "parameters": {"call_id": "$response.body#/id"}}
 
 
 class StrictJsonParser(Parser):
@@ -65,7 +66,19 @@ def enforce_rate_limit(agent: Agent) -> None:
         raise error
 
 
-api = NinjaAPI(
+class GatehouseApi(NinjaAPI):
+    """NinjaAPI whose OpenAPI document also links a proposal to reading its call."""
+
+    def get_openapi_schema(self, *args: Any, **kwargs: Any) -> Any:
+        schema = super().get_openapi_schema(*args, **kwargs)
+        for path, operations in schema["paths"].items():
+            if path.endswith("/tool-calls") and "post" in operations:
+                for code in (200, 201, 202):
+                    operations["post"]["responses"][code]["links"] = {"ReadCall": READ_CALL_LINK}
+        return schema
+
+
+api = GatehouseApi(
     title="Gatehouse agent API",
     version="1",
     description="Propose tool calls; Gatehouse validates, classifies, holds for approval and executes them.",
@@ -77,16 +90,31 @@ api = NinjaAPI(
 )
 
 
+def _json_integer(value: Any) -> Any:
+    """Accept what JSON Schema calls an integer (3 and 3.0), nothing else (not "3", not true)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# Constraints before the validator: in the other order pydantic documents them wrongly.
+StepNumber = Annotated[int, Field(ge=0, le=2**31 - 1), BeforeValidator(_json_integer)]
+# Text columns cannot hold NUL; saying so in the schema tells clients up front.
+NO_NUL = r"^[^\x00]*$"
+
+
 class ProposalIn(Schema):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    tool: str = Field(min_length=1, max_length=100, description="The tool's name, as GET /tools lists it.")
+    tool: str = Field(
+        min_length=1, max_length=100, pattern=NO_NUL, description="The tool's name, as GET /tools lists it."
+    )
     arguments: dict[str, Any] = Field(description="The tool's arguments; must match its inputSchema.")
-    idempotency_key: str | None = Field(None, min_length=1, max_length=255)
-    conversation_id: str | None = Field(None, min_length=1, max_length=200)
-    step: int | None = Field(None, ge=0, le=MAX_INT)
-    call_index: int | None = Field(None, ge=0, le=MAX_INT)
-    justification: str = Field("", max_length=10_000)
+    idempotency_key: str | None = Field(None, min_length=1, max_length=255, pattern=NO_NUL)
+    conversation_id: str | None = Field(None, min_length=1, max_length=200, pattern=NO_NUL)
+    step: StepNumber | None = None
+    call_index: StepNumber | None = None
+    justification: str = Field("", max_length=10_000, pattern=NO_NUL)
     dry_run: bool = Field(False, description="Return a preview of the effect; store and execute nothing.")
 
 
@@ -224,7 +252,12 @@ def wait_for(call: ToolCall, seconds: float, *, until_changed_from: str | None =
     return call
 
 
-@api.get("/tools", response={200: ToolsOut, **_errors(*COMMON_ERRORS)}, summary="List the tools this agent may use")
+@api.get(
+    "/tools",
+    response={200: ToolsOut, **_errors(*COMMON_ERRORS)},
+    summary="List the tools this agent may use",
+    operation_id="listTools",
+)
 def list_tools(request: HttpRequest) -> HttpResponse:
     tools = Tool.objects.filter(grants__agent=request.agent, enabled=True).order_by("name")  # type: ignore[attr-defined]
     return _json({"tools": [tool_body(tool) for tool in tools]}, 200)
@@ -246,6 +279,7 @@ def list_tools(request: HttpRequest) -> HttpResponse:
         ),
     },
     summary="Propose a tool call",
+    operation_id="proposeToolCall",
     description="201: accepted and approved; 202: held for a reviewer; 200: a replay of an earlier "
     "call with the same idempotency key (header Idempotent-Replayed: true), or a dry-run preview.",
 )
@@ -288,6 +322,7 @@ def get_agent_call(agent: Agent, call_id: str) -> ToolCall:
     "/tool-calls/{call_id}",
     response={200: CallOut, **_errors(*COMMON_ERRORS, "not_found")},
     summary="Read one of this agent's calls",
+    operation_id="readToolCall",
 )
 def read_call(request: HttpRequest, call_id: str, query: Query[WaitQuery]) -> HttpResponse:
     call = get_agent_call(request.agent, call_id)  # type: ignore[attr-defined]

@@ -1,9 +1,10 @@
 """Strict JSON parsing for untrusted request bodies.
 
 Python's json module accepts things PostgreSQL or a careful client would not:
-NaN and Infinity, duplicate keys (last one silently wins), lone surrogates and
-NUL characters (jsonb refuses them), nesting deep enough to exhaust the stack.
-Each becomes a `malformed_request` here instead of a 500 later.
+NaN and Infinity, duplicate keys (last one silently wins), lone surrogates (jsonb
+refuses them), nesting deep enough to exhaust the stack. Each becomes a
+`malformed_request` here instead of a 500 later. NUL characters are valid JSON but
+cannot be stored: `nul_fields()` finds them so the caller can say which field.
 """
 
 from __future__ import annotations
@@ -38,8 +39,6 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _check_string(text: str) -> None:
-    if "\x00" in text:
-        raise ApiError("malformed_request", "Strings may not contain the NUL character.")
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -82,3 +81,22 @@ def loads_strict(raw: bytes | str) -> Any:
         raise ApiError("malformed_request", f"The body is not valid JSON: {exc}") from None
     check_structure(value, settings.GATEHOUSE_MAX_JSON_DEPTH)
     return value
+
+
+def nul_fields(value: Any, path: str = "") -> list[str]:
+    """Return the paths of the strings (values or keys) in `value` that contain NUL."""
+    found: list[str] = []
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                child_path = f"{where}.{key}" if where else str(key)
+                if "\x00" in key:
+                    found.append(child_path.replace("\x00", "\\u0000"))
+                stack.append((child, child_path))
+        elif isinstance(item, list):
+            stack.extend((child, f"{where}[{index}]") for index, child in enumerate(item))
+        elif isinstance(item, str) and "\x00" in item:
+            found.append(where.replace("\x00", "\\u0000"))
+    return sorted(set(found))

@@ -19,6 +19,7 @@ from agents.breakers import record_failure, record_success
 from agents.models import Agent, CircuitBreaker, Grant
 from approvals import execution
 from approvals.errors import ApiError
+from approvals.jsonbody import nul_fields
 from approvals.models import Status, ToolCall
 from audit.chain import canonical_json, record_alone
 from audit.models import ActorKind
@@ -159,9 +160,21 @@ def _refuse_gate(agent: Agent, grant: Grant, error: ApiError) -> NoReturn:
     raise error
 
 
+def refuse_unstorable(arguments: dict[str, Any]) -> None:
+    """Refuse arguments holding NUL characters: valid JSON, but no database stores them."""
+    paths = nul_fields(arguments)
+    if paths:
+        raise ApiError(
+            "invalid_arguments",
+            "Some strings in the arguments contain the NUL character (\\u0000), which is not accepted.",
+            errors=[{"field": path or "arguments", "problem": "must not contain the NUL character"} for path in paths],
+        )
+
+
 def propose(agent: Agent, proposal: Proposal) -> Proposed:
     """Run one proposal through the pipeline; raise ApiError for a refusal."""
     grant = resolve_grant(agent, proposal.tool)
+    refuse_unstorable(proposal.arguments)
     key = resolve_key(proposal)
     arguments = fill_tool_key(grant, proposal.arguments, key)
     request_hash = sha256_hex(canonical_json({"tool": grant.tool.name, "arguments": arguments}))
@@ -280,7 +293,18 @@ def _replay(existing: ToolCall, request_hash: str) -> Proposed:
             "Use a new key for a new call.",
             call_id=str(existing.pk),
         )
+    _record_replay(existing)
     return Proposed(call=existing, replayed=True)
+
+
+def _record_replay(call: ToolCall) -> None:
+    """Audit a duplicate absorbed by idempotency: the console's overview counts these events."""
+    with transaction.atomic():
+        call.audit(
+            "call.replayed",
+            actor=(ActorKind.AGENT, call.agent.name),
+            data={"idempotency_key": call.idempotency_key, "status": call.status},
+        )
 
 
 def _refuse(agent: Agent, grant: Grant, proposal: Proposal, arguments: Any, verdict: Verdict) -> NoReturn:

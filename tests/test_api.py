@@ -211,7 +211,7 @@ def test_budget_exhausted_per_conversation(support: AgentApi) -> None:
         '{"tool": "emitir_estorno", "arguments": {"a": 1e400}}',
         '{"tool": "emitir_estorno", "tool": "x", "arguments": {}}',
         '{"tool": "emitir_estorno", "arguments": {"a": "\\ud800"}}',
-        '{"tool": "emitir_estorno", "arguments": {"a": "nul\\u0000"}}',
+        '{"tool": "emitir\\u0000estorno", "arguments": {}}',
         '{"tool": "emitir_estorno", "arguments": ' + "[" * 100 + "]" * 100 + "}",
         "[" * 100_000 + "]" * 100_000,
         '{"tool": "emitir_estorno", "arguments": {"a": ' + "9" * 5000 + "}}",
@@ -222,6 +222,15 @@ def test_malformed_requests_get_400_with_the_error_body(support: AgentApi, raw: 
     response = support.propose(None, raw=raw)
     assert response.status_code == 400, response.content[:300]
     assert response.json()["error"] == "malformed_request"
+
+
+def test_a_nul_character_in_arguments_is_an_argument_error_naming_the_field(support: AgentApi) -> None:
+    raw = (
+        '{"tool": "emitir_estorno", "idempotency_key": "k-nul", "arguments": {"motivo": "a\\u0000b", "x": ["\\u0000"]}}'
+    )
+    response = support.propose(None, raw=raw)
+    assert response.status_code == 422
+    assert [error["field"] for error in response.json()["errors"]] == ["motivo", "x[0]"]
 
 
 def test_a_400_digit_number_in_arguments_is_an_argument_error_not_a_crash(support: AgentApi) -> None:
