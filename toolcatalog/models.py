@@ -9,6 +9,8 @@ from django.core.validators import MaxValueValidator, RegexValidator
 from django.db import models
 from django.db.models import F
 
+from toolcatalog.signals import announce_policy_change
+
 TIER_LEVELS = [(0, "0 — read"), (1, "1 — reversible write"), (2, "2 — irreversible write"), (3, "3 — critical")]
 
 
@@ -81,15 +83,19 @@ class Tool(models.Model):
         return self.name
 
     def save(self, *args: object, **kwargs: object) -> None:
-        """Save; every change to an existing tool is a new version."""
-        if self.pk is not None and not self._state.adding:
+        """Save; every change to an existing tool is a new version, announced after commit."""
+        changed = self.pk is not None and not self._state.adding
+        if changed:
             self.version = (Tool.objects.filter(pk=self.pk).values_list("version", flat=True).first() or 0) + 1
         super().save(*args, **kwargs)
+        if changed:
+            announce_policy_change(Tool, tool_id=self.pk)
 
     def bump_version(self) -> None:
         """Record that something the tool's policy depends on changed (e.g. a rule)."""
         Tool.objects.filter(pk=self.pk).update(version=F("version") + 1)
         self.refresh_from_db(fields=["version"])
+        announce_policy_change(Tool, tool_id=self.pk)
 
     @property
     def annotations(self) -> dict[str, object]:

@@ -9,13 +9,18 @@ from __future__ import annotations
 from typing import Any
 
 from jsonschema import Draft202012Validator, ValidationError
+from referencing import Registry
 
 FieldError = dict[str, Any]
+
+# An empty registry retrieves nothing: a `$ref` outside the schema fails instead of
+# being fetched over the network (jsonschema's default registry would fetch it).
+OFFLINE_REGISTRY: Registry = Registry()
 
 
 def compile_validator(schema: dict[str, Any]) -> Draft202012Validator:
     """Return a validator for `schema`, checking formats too."""
-    return Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    return Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER, registry=OFFLINE_REGISTRY)
 
 
 def _path(parts: list[str | int]) -> str:

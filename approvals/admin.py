@@ -1,0 +1,148 @@
+"""Calls and decisions in admin: for reading only. People are audited like the catalog.
+
+A call changes state only through its model methods (compare-and-set, audited):
+the reviewer console decides calls, workers run them; admin never edits one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.models import Group, User
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
+from django.utils.safestring import SafeString
+
+from approvals.models import Decision, ToolCall
+from toolcatalog.adminkit import AuditedModelAdmin, pretty_json
+
+
+class ReadOnlyAdminMixin:
+    """No add, change or delete: the admin shows rows, never edits them."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class DecisionInline(ReadOnlyAdminMixin, admin.TabularInline):
+    model = Decision
+    extra = 0
+    fields = ["created_at", "reviewer_name", "kind", "reason", "tool_version", "arguments_hash"]
+    readonly_fields = fields
+
+
+@admin.register(ToolCall)
+class ToolCallAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = [
+        "short_id",
+        "created_at",
+        "tool",
+        "agent",
+        "status",
+        "risk_tier",
+        "approvals_required",
+        "tool_version",
+        "conversation_id",
+    ]
+    list_filter = ["status", "risk_tier", "tool", "agent"]
+    # Exact matches only: they use indexes, where a substring search scans 100,000s of rows.
+    search_fields = ["=id", "=idempotency_key", "=conversation_id", "=agent__name", "=tool__name"]
+    list_select_related = ["tool", "agent"]
+    date_hierarchy = "created_at"
+    show_full_result_count = False  # counting 100,000s of rows on every page is the slow part
+    inlines = [DecisionInline]
+    fieldsets = [
+        (None, {"fields": ["id", "tool", "tool_version", "agent", "status", "created_at", "justification"]}),
+        ("Arguments", {"fields": ["arguments_pretty", "original_arguments_pretty", "arguments_hash"]}),
+        ("Risk", {"fields": ["risk_tier", "risk_reasons_pretty", "approvals_required", "expires_at"]}),
+        (
+            "Idempotency",
+            {"fields": ["idempotency_key", "request_hash", "conversation_id", "step", "call_index"]},
+        ),
+        (
+            "Outcome",
+            {
+                "fields": [
+                    "decided_at",
+                    "approved_arguments_hash",
+                    "approved_tool_version",
+                    "attempts",
+                    "lease_expires_at",
+                    "finished_at",
+                    "preview_pretty",
+                    "result_pretty",
+                    "error_pretty",
+                ]
+            },
+        ),
+    ]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: ToolCall | None = None) -> list[str]:
+        return [name for _, options in self.fieldsets for name in options["fields"]]
+
+    @admin.display(description="call", ordering="id")
+    def short_id(self, call: ToolCall) -> str:
+        return str(call.pk)[:8]
+
+    @admin.display(description="arguments")
+    def arguments_pretty(self, call: ToolCall) -> SafeString:
+        return pretty_json(call.arguments)
+
+    @admin.display(description="original arguments (before a reviewer's edit)")
+    def original_arguments_pretty(self, call: ToolCall) -> SafeString | str:
+        return pretty_json(call.original_arguments) if call.original_arguments is not None else "—"
+
+    @admin.display(description="risk reasons")
+    def risk_reasons_pretty(self, call: ToolCall) -> SafeString:
+        return pretty_json(call.risk_reasons)
+
+    @admin.display(description="preview")
+    def preview_pretty(self, call: ToolCall) -> SafeString | str:
+        return pretty_json(call.preview) if call.preview is not None else "—"
+
+    @admin.display(description="result")
+    def result_pretty(self, call: ToolCall) -> SafeString | str:
+        return pretty_json(call.result) if call.result is not None else "—"
+
+    @admin.display(description="error")
+    def error_pretty(self, call: ToolCall) -> SafeString | str:
+        return pretty_json(call.error) if call.error is not None else "—"
+
+
+@admin.register(Decision)
+class DecisionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["created_at", "call", "reviewer_name", "kind", "tool_version", "reason"]
+    list_filter = ["kind"]
+    search_fields = ["reviewer_name", "=call__id", "reason"]
+    list_select_related = ["call__tool", "call__agent"]
+    raw_id_fields = ["call", "reviewer"]
+    date_hierarchy = "created_at"
+    show_full_result_count = False
+
+
+# Who may review (users, groups and their permissions) is policy too: audit it like the catalog.
+admin.site.unregister(User)
+admin.site.unregister(Group)
+
+
+@admin.register(User)
+class AuditedUserAdmin(AuditedModelAdmin, UserAdmin):
+    audit_exclude = ("password", "last_login")
+
+    def user_change_password(self, request: HttpRequest, id: str, form_url: str = "") -> HttpResponse:
+        """Change a password; Django's view is not atomic, so make the change and its audit event one."""
+        with transaction.atomic():
+            return super().user_change_password(request, id, form_url)
+
+
+@admin.register(Group)
+class AuditedGroupAdmin(AuditedModelAdmin, GroupAdmin):
+    pass

@@ -1,0 +1,121 @@
+"""No rug pulls: when the policy a pending call was judged by changes, judge it again.
+
+`toolcatalog.signals.policy_changed` arrives after the change commits. Every
+pending call it concerns is re-run through the pure `evaluate()` with the tool's
+current version and the agent's current grant: its tier, reasons and approvals
+required follow the new policy, its `tool_version` moves on (so approvals given
+under the old version no longer count: a Decision binds the tool version), and a
+call the new policy refuses is refused — each change audited with before/after.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F, QuerySet
+from django.utils import timezone
+
+from agents.models import Grant
+from approvals.errors import error_body
+from approvals.models import SYSTEM, Status, ToolCall
+from toolcatalog.policies import policy_for, tier_specs
+from toolcatalog.policy import TierSpec, Verdict, evaluate
+
+log = logging.getLogger(__name__)
+
+
+def on_policy_changed(sender: type, *, tool_id: int | None = None, agent_id: int | None = None, **kwargs: Any) -> None:
+    """Receive `policy_changed`: judge again the pending calls it concerns."""
+    changed = reevaluate_pending(tool_id=tool_id, agent_id=agent_id)
+    if changed:
+        log.info("policy change (tool=%s agent=%s): %d pending call(s) judged again", tool_id, agent_id, changed)
+
+
+def pending_calls(*, tool_id: int | None, agent_id: int | None) -> QuerySet[ToolCall]:
+    """Return the pending calls a policy change concerns.
+
+    A change of one tool concerns only calls judged under an older version of it,
+    so the several announcements of one save (tool, then each rule) cost one pass.
+    """
+    calls = ToolCall.objects.filter(status=Status.PENDING_APPROVAL)
+    if tool_id is not None:
+        calls = calls.filter(tool_id=tool_id).exclude(tool_version=F("tool__version"))
+    if agent_id is not None:
+        calls = calls.filter(agent_id=agent_id)
+    return calls
+
+
+def reevaluate_pending(*, tool_id: int | None = None, agent_id: int | None = None) -> int:
+    """Judge the concerned pending calls under the current policy; return how many changed."""
+    tiers = tier_specs()
+    ids = list(pending_calls(tool_id=tool_id, agent_id=agent_id).values_list("pk", flat=True))
+    return sum(reevaluate_call(pk, tiers) for pk in ids)
+
+
+def reevaluate_call(pk: Any, tiers: dict[int, TierSpec]) -> bool:
+    """Judge one pending call again, under a row lock; return whether anything about it changed."""
+    with transaction.atomic():
+        call = ToolCall.objects.select_for_update(of=("self",)).select_related("tool__base_tier", "agent").get(pk=pk)
+        if call.status != Status.PENDING_APPROVAL:
+            return False  # decided meanwhile: the decision stands
+        tool = call.tool
+        grant = Grant.objects.filter(agent_id=call.agent_id, tool_id=tool.pk).first() if tool.enabled else None
+        verdict = evaluate(policy_for(tool, tiers), grant, call.arguments)
+        if verdict.refused:
+            return _refuse(call, verdict, tool.version)
+        return _rejudge(call, verdict, tool.version)
+
+
+def _judged(call: ToolCall) -> dict[str, Any]:
+    return {
+        "tool_version": call.tool_version,
+        "risk_tier": call.risk_tier,
+        "risk_reasons": call.risk_reasons,
+        "approvals_required": call.approvals_required,
+    }
+
+
+def _rejudge(call: ToolCall, verdict: Verdict, version: int) -> bool:
+    before = _judged(call)
+    after = {
+        "tool_version": version,
+        "risk_tier": verdict.risk_tier,
+        "risk_reasons": verdict.risk_reasons,
+        # It was held for a person: a loosened policy does not release it unseen.
+        "approvals_required": max(verdict.approvals_required, 1),
+    }
+    if after == before:
+        return False
+    return call.transition(
+        Status.PENDING_APPROVAL,
+        Status.PENDING_APPROVAL,
+        actor=SYSTEM,
+        action="call.reevaluated",
+        data={"reason": "policy_changed", "before": before, "after": after},
+        **after,
+    )
+
+
+def _refuse(call: ToolCall, verdict: Verdict, version: int) -> bool:
+    details: dict[str, Any] = {"errors": verdict.errors} if verdict.errors else {}
+    if verdict.risk_tier is not None:
+        details.update(risk_tier=verdict.risk_tier, risk_reasons=verdict.risk_reasons)
+    error = error_body(
+        verdict.error_code or "permission_denied",
+        f"The policy changed while this call waited for approval, and now refuses it: {verdict.message}",
+        **details,
+    )
+    return call.transition(
+        Status.PENDING_APPROVAL,
+        Status.REFUSED,
+        actor=SYSTEM,
+        action="call.refused_on_policy_change",
+        data={"before": _judged(call), "tool_version": version, "error": error},
+        error=error,
+        tool_version=version,
+        risk_tier=verdict.risk_tier if verdict.risk_tier is not None else call.risk_tier,
+        risk_reasons=verdict.risk_reasons,
+        finished_at=timezone.now(),
+    )

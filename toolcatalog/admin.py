@@ -1,0 +1,214 @@
+"""The catalog in admin: tools with their rules inline, risk tiers, try-arguments and policy what-if.
+
+Every save is audited (AuditedModelAdmin) and bumps the tool's version (the
+models do that); the change is announced after commit so pending calls are
+judged again.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count, QuerySet
+from django.forms import ModelForm
+from django.http import Http404, HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+
+from toolcatalog.adminkit import AuditedModelAdmin, pretty_json
+from toolcatalog.forms import RiskRuleForm, RiskTierForm, ToolAdminForm, TryArgumentsForm, WhatIfForm
+from toolcatalog.models import RiskRule, RiskTier, Tool
+from toolcatalog.policies import policy_for, tier_specs
+from toolcatalog.policy import compile_policy, evaluate
+from toolcatalog.signals import announce_policy_change
+from toolcatalog.whatif import TierGrant, replay, stored_calls
+
+
+@admin.register(RiskTier)
+class RiskTierAdmin(AuditedModelAdmin):
+    form = RiskTierForm
+    list_display = ["level", "name", "requires_approval", "approvals_required", "approval_window", "approver_group"]
+    list_display_links = ["level", "name"]
+    list_select_related = ["approver_group"]
+    list_filter = ["requires_approval"]
+    search_fields = ["name", "description"]
+    ordering = ["level"]
+
+    def save_model(self, request: HttpRequest, obj: RiskTier, form: ModelForm, change: bool) -> None:
+        """Save, and have every pending call judged again (what a tier takes may have changed)."""
+        super().save_model(request, obj, form, change)
+        if change:
+            announce_policy_change(RiskTier)
+
+
+class RiskRuleInline(admin.StackedInline):
+    model = RiskRule
+    form = RiskRuleForm
+    extra = 0
+    fields = ["name", "description", "condition", "tier", "enabled"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[RiskRule]:
+        return super().get_queryset(request).select_related("tier", "tool")
+
+
+@admin.register(Tool)
+class ToolAdmin(AuditedModelAdmin):
+    form = ToolAdminForm
+    change_form_template = "admin/toolcatalog/tool/change_form.html"
+    inlines = [RiskRuleInline]
+    list_display = [
+        "name",
+        "title",
+        "base_tier",
+        "rule_count",
+        "executor_kind",
+        "read_only_hint",
+        "destructive_hint",
+        "enabled",
+        "version",
+        "updated_at",
+    ]
+    list_filter = ["enabled", "base_tier", "executor_kind", "read_only_hint", "destructive_hint"]
+    search_fields = ["name", "title", "description", "executor_ref"]
+    list_select_related = ["base_tier"]
+    readonly_fields = ["version", "updated_at"]
+    fieldsets = [
+        (None, {"fields": ["name", "title", "description", "enabled", ("version", "updated_at")]}),
+        ("Contract", {"fields": ["input_schema", "output_schema", "resource_argument"]}),
+        ("Risk", {"fields": ["base_tier"]}),
+        (
+            "Annotations (MCP hints shown to agents)",
+            {"fields": [("read_only_hint", "destructive_hint", "idempotent_hint", "open_world_hint")]},
+        ),
+        ("Execution", {"fields": ["executor_kind", "executor_ref"]}),
+    ]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Tool]:
+        return super().get_queryset(request).annotate(rule_count=Count("rules"))
+
+    @admin.display(description="rules", ordering="rule_count")
+    def rule_count(self, tool: Tool) -> int:
+        return tool.rule_count  # type: ignore[attr-defined]
+
+    def audit_related(self, tool: Tool) -> dict[str, Any]:
+        rules = RiskRule.objects.filter(tool=tool).select_related("tier").order_by("name")
+        return {
+            "rules": [
+                {
+                    "name": r.name,
+                    "description": r.description,
+                    "condition": r.condition,
+                    "tier": r.tier.level,
+                    "enabled": r.enabled,
+                }
+                for r in rules
+            ]
+        }
+
+    def audit_names(self, tool: Tool) -> dict[str, str]:
+        return {"tool_name": tool.name}
+
+    def save_model(self, request: HttpRequest, obj: Tool, form: ModelForm, change: bool) -> None:
+        """Save the tool, unless nothing of it changed: an untouched tool is not a new version.
+
+        Rules changed inline bump the version themselves, in the same transaction.
+        """
+        if change and not form.has_changed():
+            self.remember_before(request, obj)
+            return
+        super().save_model(request, obj, form, change)
+
+    # Extra pages: try arguments, policy what-if.
+
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view
+        name = f"{self.opts.app_label}_{self.opts.model_name}"
+        return [
+            path("<path:object_id>/try/", view(self.try_arguments_view), name=f"{name}_try"),
+            path("<path:object_id>/whatif/", view(self.whatif_view), name=f"{name}_whatif"),
+            *super().get_urls(),
+        ]
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        extra = {"try_form": TryArgumentsForm(initial={"arguments": {}}), **(extra_context or {})}
+        return super().change_view(request, object_id, form_url, extra)
+
+    def _viewable_tool(self, request: HttpRequest, object_id: str) -> Tool:
+        tool = self.get_object(request, unquote(object_id))
+        if tool is None:
+            raise Http404("No such tool.")
+        if not self.has_view_permission(request, tool):
+            raise PermissionDenied
+        return tool
+
+    def _page(self, request: HttpRequest, tool: Tool, template: str, title: str, **context: Any) -> TemplateResponse:
+        return TemplateResponse(
+            request,
+            f"admin/toolcatalog/tool/{template}",
+            {
+                **self.admin_site.each_context(request),
+                "opts": self.opts,
+                "original": tool,
+                "title": title,
+                "subtitle": tool.name,
+                "change_url": reverse("admin:toolcatalog_tool_change", args=[tool.pk]),
+                **context,
+            },
+        )
+
+    def try_arguments_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Judge pasted arguments with the tool's current policy, through the same evaluate() the API runs."""
+        tool = self._viewable_tool(request, object_id)
+        form = TryArgumentsForm(request.POST or None, initial={"arguments": {}})
+        verdict, tiers = None, tier_specs()
+        if request.method == "POST" and form.is_valid():
+            data = form.cleaned_data
+            verdict = evaluate(policy_for(tool, tiers), TierGrant(data["max_tier"]), data["arguments"])
+        return self._page(
+            request,
+            tool,
+            "try_arguments.html",
+            f"Try arguments on {tool.name}",
+            form=form,
+            verdict=verdict,
+            tier=tiers.get(verdict.risk_tier) if verdict and verdict.risk_tier is not None else None,
+        )
+
+    def whatif_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Replay the tool's recent calls against its current rules, or against edited, unsaved ones."""
+        tool = self._viewable_tool(request, object_id)
+        tiers = tier_specs()
+        current = self.audit_related(tool)["rules"]
+        initial = {"days": 30, "base_tier": tool.base_tier.level, "rules": current}
+        form = WhatIfForm(request.POST or None, initial=initial, tier_levels=set(tiers))
+        report, edited = None, False
+        if request.method == "POST" and form.is_valid():
+            data = form.cleaned_data
+            edited = data["rules"] != current or data["base_tier"] != tool.base_tier.level
+            policy = compile_policy(
+                name=tool.name,
+                version=tool.version,
+                base_tier=data["base_tier"],
+                input_schema=tool.input_schema,
+                rules=[(r["name"], r["description"], r["tier"], r["condition"]) for r in data["rules"] if r["enabled"]],
+                tiers=tiers,
+            )
+            report = replay(policy, stored_calls(tool.pk, timezone.now() - timedelta(days=data["days"])))
+        return self._page(
+            request,
+            tool,
+            "whatif.html",
+            f"Policy what-if for {tool.name}",
+            form=form,
+            report=report,
+            edited=edited,
+            tier_names={level: spec.name for level, spec in tiers.items()},
+            current_rules=pretty_json(current),
+        )
