@@ -1,35 +1,66 @@
-"""Everything between "approved" and "the effect happened", seen from the web process.
+"""Everything between "approved" and "the effect happened": enqueue, attempt, verify, sweep.
 
 Enqueueing happens only after the approving transaction commits; a broker that is
 down at that moment costs nothing, because the sweeper re-enqueues approved calls
-nobody claimed.
+nobody claimed. The attempt itself runs in phases (see `approvals.tasks.execute_call`):
+claim → check the approval still binds → call the executor outside any transaction
+→ record → verify. State changes are the compare-and-set methods of ToolCall.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from celery import Celery
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+from kombu import pools
+from kombu.pools import ProducerPool
 
-from agents.models import Agent
-from approvals.models import ToolCall
-from toolcatalog.executors import ExecutionContext, ExecutorError, executor_for
+from agents.models import Agent, Grant
+from approvals.models import DecisionKind, Status, ToolCall
+from toolcatalog.credentials import Scope, mint
+from toolcatalog.executors import ExecutionContext, ExecutorError, Verification, executor_for
 from toolcatalog.models import Tool
+from toolcatalog.policies import policy_for
+from toolcatalog.policy import evaluate
 
 log = logging.getLogger(__name__)
 
+BACKOFF_BASE_SECONDS = 1.0
+BACKOFF_CAP_SECONDS = 60.0
+# An approved call nobody claimed for this long has lost its message (broker down at enqueue).
+UNCLAIMED_GRACE = timedelta(seconds=5)
+SWEEP_BATCH = 500
 
-def enqueue(call_id: str) -> bool:
+
+def enqueue(call_id: str, countdown: float | None = None) -> bool:
     """Send the execution task; return False (and log) if the broker is unreachable."""
     from approvals.tasks import execute_call
 
     try:
-        execute_call.apply_async(kwargs={"call_id": call_id}, retry=False)
-    except Exception:  # noqa: BLE001 — any broker failure; the sweeper re-enqueues
-        log.warning("broker unreachable; call %s stays approved for the sweeper", call_id)
+        with _fail_fast_producers(execute_call.app).acquire(block=True, timeout=2) as producer:
+            execute_call.apply_async(kwargs={"call_id": call_id}, countdown=countdown, retry=False, producer=producer)
+    except Exception as exc:  # noqa: BLE001 — any broker failure; the sweeper re-enqueues
+        log.warning("broker unreachable (%s); call %s stays approved for the sweeper", exc, call_id)
         return False
     return True
+
+
+def _fail_fast_producers(app: Celery) -> ProducerPool:
+    """Return this process's producers whose connection gives up at once when the broker is down.
+
+    Celery's own pool would retry the connection for seconds first, and the proposal
+    that enqueues waits for it; the sweeper is the retry here.
+    """
+    options = {**app.conf.broker_transport_options, "max_retries": 0}
+    broker = app.connection_for_write(transport_options=options, connect_timeout=1)
+    return pools.producers[broker]  # one pool per broker URL and options, kept by kombu
 
 
 def enqueue_on_commit(call: ToolCall) -> None:
@@ -38,17 +69,74 @@ def enqueue_on_commit(call: ToolCall) -> None:
     transaction.on_commit(lambda: enqueue(call_id))
 
 
+# ------------------------------------------------------------------ contexts
+
+
+def downstream_key(call_id: str) -> str:
+    """Return the Idempotency-Key the downstream receives: the same for every attempt at one call."""
+    return f"gatehouse-call-{call_id}"
+
+
+def resource_of(tool: Tool, arguments: dict[str, Any]) -> str | None:
+    """Return the value of the tool's resource argument (what a credential is scoped to), if any."""
+    value = arguments.get(tool.resource_argument) if tool.resource_argument else None
+    return None if value is None else str(value)
+
+
+def approval_ref(call: ToolCall) -> str:
+    """Return what the call's permission to run rests on: the approving decisions, or the policy."""
+    ids = list(
+        call.decisions.filter(
+            kind=DecisionKind.APPROVE, arguments_hash=call.arguments_hash, tool_version=call.tool_version
+        ).values_list("pk", flat=True)
+    )
+    return "decisions:" + ",".join(map(str, ids)) if ids else f"policy:tier-{call.risk_tier}"
+
+
+def context_for(call: ToolCall, scope: str) -> ExecutionContext:
+    """Return the context of one attempt, with a freshly minted credential for `scope`."""
+    resource = resource_of(call.tool, call.arguments)
+    ref = approval_ref(call)
+    credential = mint(
+        operation=call.tool.name,
+        resource=resource,
+        call_id=str(call.pk),
+        agent=call.agent.name,
+        approval_ref=ref,
+        scope=scope,
+    )
+    return ExecutionContext(
+        tool_name=call.tool.name,
+        arguments=call.arguments,
+        resource=resource,
+        call_id=str(call.pk),
+        agent_name=call.agent.name,
+        idempotency_key=downstream_key(str(call.pk)),
+        credential=credential,
+        approval_ref=ref,
+    )
+
+
 def preview_context(tool: Tool, agent: Agent, arguments: dict[str, Any], call_id: str = "") -> ExecutionContext:
-    """Return the context of a dry run: it carries no credential able to change anything."""
-    resource = arguments.get(tool.resource_argument) if tool.resource_argument else None
+    """Return the context of a dry run: its credential may read the resource, never change it."""
+    resource = resource_of(tool, arguments)
+    credential = mint(
+        operation=tool.name,
+        resource=resource,
+        call_id=call_id,
+        agent=agent.name,
+        approval_ref="preview",
+        scope=Scope.PREVIEW,
+    )
     return ExecutionContext(
         tool_name=tool.name,
         arguments=arguments,
-        resource=str(resource) if resource is not None else None,
+        resource=resource,
         call_id=call_id,
         agent_name=agent.name,
         idempotency_key="",
-        credential="",
+        credential=credential,
+        approval_ref="preview",
     )
 
 
@@ -67,3 +155,165 @@ def attach_preview(call: ToolCall) -> None:
     """Compute and store the dry-run preview a reviewer will read (outside any transaction)."""
     call.preview = preview_arguments(call.tool, call.agent, call.arguments)
     ToolCall.objects.filter(pk=call.pk).update(preview=call.preview)
+
+
+# ------------------------------------------------------------------ one attempt
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What the executor did: a result, a classified error, or an unexpected crash."""
+
+    result: dict[str, Any] | None = None
+    error: ExecutorError | None = None
+    crash: str = ""
+
+
+def claim(call_id: str) -> ToolCall | None:
+    """Return the call if this delivery won it (approved → executing); None for a duplicate or stale one."""
+    call = ToolCall.objects.select_related("tool", "agent").filter(pk=call_id).first()
+    if call is None or call.status != Status.APPROVED:
+        return None
+    return call if call.claim(settings.CELERY_EXECUTION_LEASE) else None
+
+
+def binding_holds(call: ToolCall) -> bool:
+    """Return whether what runs is exactly what was approved: same arguments, same tool version."""
+    from approvals.pipeline import arguments_hash
+
+    return (
+        call.arguments_hash == call.approved_arguments_hash == arguments_hash(call.arguments)
+        and call.tool.version == call.approved_tool_version
+    )
+
+
+def send_back_for_approval(call: ToolCall) -> None:
+    """Re-evaluate a call whose tool changed since approval: pending a fresh approval, or refused."""
+    grant = Grant.objects.filter(agent=call.agent, tool=call.tool, tool__enabled=True).first()
+    verdict = evaluate(policy_for(call.tool), grant, call.arguments)
+    if verdict.refused:
+        error = {"error": verdict.error_code or "permission_denied", "message": verdict.message}
+        if verdict.errors:
+            error["errors"] = verdict.errors
+        call.refuse_on_recheck(error)
+    elif call.return_for_approval(verdict, call.tool.version):
+        attach_preview(call)
+
+
+def run_attempt(call: ToolCall) -> Attempt:
+    """Call the executor with a fresh credential; return what happened.
+
+    Runs outside any transaction on purpose: the remote call may take seconds and must
+    hold no row lock meanwhile, and what it did downstream cannot be rolled back with
+    our transaction anyway — the idempotency key, not a rollback, makes a repeat safe.
+    """
+    if connection.in_atomic_block:
+        raise RuntimeError("executors must not run inside a database transaction")
+    try:
+        return Attempt(result=executor_for(call.tool).execute(context_for(call, Scope.EXECUTE)))
+    except ExecutorError as exc:
+        return Attempt(error=exc)
+    except Exception as exc:  # a bug or a time limit: the effect is unknown
+        log.exception("executor of %s crashed on call %s", call.tool.name, call.pk)
+        return Attempt(crash=f"{type(exc).__name__}: {exc}")
+
+
+def record(call: ToolCall, attempt: Attempt) -> None:
+    """Record the attempt's outcome, verify a result, and schedule a retry where one may help."""
+    if attempt.error is not None:
+        _record_failure(call, attempt.error)
+    elif attempt.result is None:
+        call.finish(Verification(confirmed=False, observed={}, detail=f"The executor crashed: {attempt.crash}"))
+    elif call.record_result(attempt.result):
+        call.finish(_verify(call, attempt.result))
+    # else: the lease was taken back meanwhile; the attempt that owns the call now records.
+
+
+def _verify(call: ToolCall, result: dict[str, Any]) -> Verification:
+    """Read the downstream back with a fresh read-only credential (outside any transaction, as above)."""
+    try:
+        return executor_for(call.tool).verify(context_for(call, Scope.VERIFY), result)
+    except ExecutorError as exc:
+        return Verification(confirmed=False, observed={}, detail=f"Verification could not run: {exc}")
+
+
+def backoff(attempt: int) -> float:
+    """Return the delay before retrying after failed attempt number `attempt` (1, 2, 4 … capped)."""
+    return min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2 ** max(attempt - 1, 0))
+
+
+def _record_failure(call: ToolCall, exc: ExecutorError) -> None:
+    error = {
+        "error": "execution_failed",
+        "message": str(exc),
+        "retryable": exc.retryable,
+        "attempts": call.attempts,
+        "downstream": exc.detail.get("body"),
+    }
+    if not exc.retryable or call.attempts >= settings.CELERY_EXECUTION_MAX_ATTEMPTS:
+        call.fail_attempt(error, retry_at=None)
+        return
+    delay = backoff(call.attempts)
+    if call.fail_attempt(error, retry_at=timezone.now() + timedelta(seconds=delay)):
+        enqueue(str(call.pk), countdown=delay)
+
+
+# ------------------------------------------------------------------ the sweeper
+
+
+def sweep(now: datetime | None = None) -> dict[str, int]:
+    """Make sure nothing approved is lost and nothing pending waits forever; return counts of what it did."""
+    now = now or timezone.now()
+    # Leases first: a released attempt is approved again and re-sent by requeue_unclaimed.
+    return {
+        "expired": expire_pending(now),
+        "leases_released": release_expired_leases(now),
+        "requeued": requeue_unclaimed(now),
+    }
+
+
+def expire_pending(now: datetime) -> int:
+    """Expire pending calls whose approval window has passed; return how many."""
+    calls = ToolCall.objects.select_related("agent", "tool").filter(status=Status.PENDING_APPROVAL, expires_at__lte=now)
+    return sum(call.expire() for call in calls[:SWEEP_BATCH])
+
+
+def requeue_unclaimed(now: datetime) -> int:
+    """Re-enqueue approved calls whose message never reached a worker; return how many."""
+    cutoff = now - UNCLAIMED_GRACE
+    never_sent_again = Q(lease_expires_at__isnull=True) & (
+        Q(decided_at__lte=cutoff) | Q(decided_at__isnull=True, created_at__lte=cutoff)
+    )
+    calls = ToolCall.objects.select_related("agent", "tool").filter(
+        never_sent_again | Q(lease_expires_at__lte=now), status=Status.APPROVED
+    )
+    count = 0
+    for call in calls[:SWEEP_BATCH]:
+        # Send first, mark after: if the broker is still down, the next sweep tries again.
+        if enqueue(str(call.pk)):
+            # Not again before a lease has passed: a busy worker may simply not have got to it yet.
+            call.requeue(not_before=now + settings.CELERY_EXECUTION_LEASE)
+            count += 1
+    return count
+
+
+def release_expired_leases(now: datetime) -> int:
+    """Take back attempts whose worker vanished; return how many.
+
+    Where the downstream dedupes by idempotency key the call is approved again, due at
+    once (requeue_unclaimed sends it); anywhere else it needs a person.
+    """
+    calls = ToolCall.objects.select_related("agent", "tool").filter(status=Status.EXECUTING, lease_expires_at__lte=now)
+    count = 0
+    for call in calls[:SWEEP_BATCH]:
+        can_repeat = _repeat_safe(call.tool) and call.attempts < settings.CELERY_EXECUTION_MAX_ATTEMPTS
+        count += call.release_expired_lease(now=now, can_repeat=can_repeat)
+    return count
+
+
+def _repeat_safe(tool: Tool) -> bool:
+    """Return whether the tool's downstream dedupes repeats by idempotency key."""
+    try:
+        return executor_for(tool).idempotent_delivery
+    except ExecutorError:
+        return False

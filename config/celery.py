@@ -18,12 +18,13 @@ app = Celery("gatehouse")
 
 def _filesystem_transport_options(folder: Path) -> dict[str, object]:
     """Return the filesystem broker's options, creating its folders (it needs them absolute)."""
-    for sub in ("out", "processed"):
+    for sub in ("out", "processed", "control"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     return {
         "data_folder_in": str(folder / "out"),
         "data_folder_out": str(folder / "out"),
         "processed_folder": str(folder / "processed"),
+        "control_folder": str(folder / "control"),
         "store_processed": False,
         "polling_interval": 0.1,
     }

@@ -55,6 +55,10 @@ class RetryableError(ExecutorError):
 class Executor(ABC):
     """Acts on one downstream system for one tool."""
 
+    #: True when the downstream receives the attempt's idempotency key and applies a
+    #: repeat at most once: only then may an attempt cut short by a crash run again.
+    idempotent_delivery: bool = False
+
     def __init__(self, ref: str) -> None:
         self.ref = ref
 

@@ -1,0 +1,130 @@
+"""The demo services over HTTP: the protocol of Gatehouse's `http` executor.
+
+    POST /demo-services/tools/<tool>           apply the effect (once per Idempotency-Key)
+    POST /demo-services/tools/<tool>/preview   {summary, before, after}; changes nothing
+    POST /demo-services/tools/<tool>/verify    {confirmed, observed, detail}
+
+Every request must carry a scoped credential for exactly this operation and this
+resource (403 otherwise). These are JSON endpoints for machines, hence csrf_exempt:
+the bearer credential, not a cookie, is what authorises them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from demo import faults, refunds, seats
+from demo.common import ServiceError
+from toolcatalog.credentials import Claims, CredentialRefused, Scope, bearer, verify
+
+Execute = Callable[..., dict[str, Any]]
+Preview = Callable[[dict[str, Any]], dict[str, Any]]
+Verify = Callable[..., dict[str, Any]]
+
+
+def _read_only_preview(arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"summary": "Read-only: this call changes nothing.", "before": None, "after": None}
+
+
+def _read_only_verify(arguments: dict[str, Any], result: dict[str, Any], *, key: str) -> dict[str, Any]:
+    return {"confirmed": True, "observed": {}, "detail": "Read-only: there is no effect to confirm."}
+
+
+@dataclass(frozen=True)
+class Service:
+    resource_argument: str
+    execute: Execute
+    preview: Preview = _read_only_preview
+    verify: Verify = _read_only_verify
+    writes: bool = False
+
+
+SERVICES: dict[str, Service] = {
+    "emitir_estorno": Service("pedido_id", refunds.refund, refunds.preview_refund, refunds.verify_refund, writes=True),
+    "get_order_status": Service("order_id", refunds.order_status),
+    "search_seats": Service("event_id", seats.search_seats),
+    "hold_seats": Service("event_id", seats.hold_seats, seats.preview_hold, seats.verify_hold, writes=True),
+    "release_hold": Service("hold_id", seats.release_hold, seats.preview_release, seats.verify_release, writes=True),
+}
+
+ROUTE_SCOPES = {
+    "execute": (Scope.EXECUTE,),
+    "preview": (Scope.PREVIEW, Scope.EXECUTE),
+    "verify": (Scope.VERIFY, Scope.EXECUTE),
+}
+
+
+def _json_object(request: HttpRequest) -> dict[str, Any]:
+    try:
+        body = json.loads(request.body or b"null")
+    except (ValueError, UnicodeDecodeError):
+        body = None
+    if not isinstance(body, dict):
+        raise ServiceError(400, "malformed_request", "The body must be a JSON object.")
+    return body
+
+
+def _authorise(request: HttpRequest, tool: str, service: Service, arguments: Any, route: str) -> Claims:
+    """Return the claims of the request's credential, which must fit this tool, resource and route."""
+    if not isinstance(arguments, dict):
+        raise ServiceError(400, "malformed_request", "arguments must be a JSON object.")
+    resource = arguments.get(service.resource_argument)
+    token = bearer(request.headers.get("Authorization"))
+    try:
+        return verify(
+            token,
+            operation=tool,
+            resource=None if resource is None else str(resource),
+            scopes=ROUTE_SCOPES[route],
+        )
+    except CredentialRefused as exc:
+        raise ServiceError(403, "forbidden", exc.message, reason=exc.reason) from None
+
+
+def _serve(request: HttpRequest, tool: str, route: str) -> JsonResponse:
+    """Authorise, then run one route of one service; every refusal is a JSON error."""
+    try:
+        service = SERVICES.get(tool)
+        if service is None:
+            raise ServiceError(404, "unknown_service", f"No demo service for {tool!r}.")
+        body = _json_object(request)
+        arguments = body.get("arguments") if route == "verify" else body
+        claims = _authorise(request, tool, service, arguments, route)
+        key = request.headers.get("Idempotency-Key", "")
+        if route == "preview":
+            return JsonResponse(service.preview(arguments))
+        if route == "verify":
+            result = body.get("result") if isinstance(body.get("result"), dict) else {}
+            return JsonResponse(service.verify(arguments, result, key=key))
+        if service.writes and not key:
+            raise ServiceError(400, "idempotency_key_required", "Send an Idempotency-Key header.")
+        if faults.unavailable(claims.resource, key):
+            raise ServiceError(503, "unavailable", "The service is unavailable; try again.")
+        return JsonResponse(service.execute(arguments, key=key, claims=claims))
+    except ServiceError as exc:
+        return JsonResponse(exc.body(), status=exc.status)
+
+
+@csrf_exempt
+@require_POST
+def execute(request: HttpRequest, tool: str) -> JsonResponse:
+    return _serve(request, tool, "execute")
+
+
+@csrf_exempt
+@require_POST
+def preview(request: HttpRequest, tool: str) -> JsonResponse:
+    return _serve(request, tool, "preview")
+
+
+@csrf_exempt
+@require_POST
+def verify_effect(request: HttpRequest, tool: str) -> JsonResponse:
+    return _serve(request, tool, "verify")
