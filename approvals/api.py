@@ -241,7 +241,8 @@ def wait_for(call: ToolCall, seconds: float, *, until_changed_from: str | None =
     def done() -> bool:
         if call.is_terminal:
             return True
-        return call.is_settled and call.status != until_changed_from
+        # A call waiting for a person is settled once its preview (computed by a worker) is there.
+        return call.is_settled and call.status != until_changed_from and call.preview is not None
 
     while not done() and time.monotonic() < deadline:
         if not connection.in_atomic_block:

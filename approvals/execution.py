@@ -43,11 +43,22 @@ def enqueue(call_id: str, countdown: float | None = None) -> bool:
     """Send the execution task; return False (and log) if the broker is unreachable."""
     from approvals.tasks import execute_call
 
+    return _send(execute_call, call_id, countdown)
+
+
+def enqueue_preview(call_id: str) -> bool:
+    """Send the task that computes a pending call's preview; False if the broker is unreachable."""
+    from approvals.tasks import compute_preview
+
+    return _send(compute_preview, call_id)
+
+
+def _send(task: Any, call_id: str, countdown: float | None = None) -> bool:
     try:
-        with _fail_fast_producers(execute_call.app).acquire(block=True, timeout=2) as producer:
-            execute_call.apply_async(kwargs={"call_id": call_id}, countdown=countdown, retry=False, producer=producer)
-    except Exception as exc:  # noqa: BLE001 — any broker failure; the sweeper re-enqueues
-        log.warning("broker unreachable (%s); call %s stays approved for the sweeper", exc, call_id)
+        with _fail_fast_producers(task.app).acquire(block=True, timeout=2) as producer:
+            task.apply_async(kwargs={"call_id": call_id}, countdown=countdown, retry=False, producer=producer)
+    except Exception as exc:  # noqa: BLE001 — any broker failure; the sweeper sends it again
+        log.warning("broker unreachable (%s); %s for call %s left to the sweeper", exc, task.name, call_id)
         return False
     return True
 
@@ -67,6 +78,16 @@ def enqueue_on_commit(call: ToolCall) -> None:
     """Enqueue the call's execution once the current transaction commits."""
     call_id = str(call.pk)
     transaction.on_commit(lambda: enqueue(call_id))
+
+
+def preview_on_commit(call: ToolCall) -> None:
+    """Have a worker compute the call's preview once the current transaction commits.
+
+    The dry run asks the downstream system, which takes a round trip: the agent's
+    proposal does not wait for it (a reviewer's page shows it when it arrives).
+    """
+    call_id = str(call.pk)
+    transaction.on_commit(lambda: enqueue_preview(call_id))
 
 
 # ------------------------------------------------------------------ contexts
@@ -154,7 +175,17 @@ def preview_arguments(tool: Tool, agent: Agent, arguments: dict[str, Any]) -> di
 def attach_preview(call: ToolCall) -> None:
     """Compute and store the dry-run preview a reviewer will read (outside any transaction)."""
     call.preview = preview_arguments(call.tool, call.agent, call.arguments)
-    ToolCall.objects.filter(pk=call.pk).update(preview=call.preview)
+    # Only for the arguments it was computed from: a reviewer's edit brings its own preview.
+    ToolCall.objects.filter(pk=call.pk, arguments_hash=call.arguments_hash).update(preview=call.preview)
+
+
+def compute_preview(call_id: str) -> bool:
+    """Store the preview of a pending call that has none yet; return whether one was stored."""
+    call = ToolCall.objects.select_related("tool", "agent").filter(pk=call_id).first()
+    if call is None or call.status != Status.PENDING_APPROVAL or call.preview is not None:
+        return False
+    attach_preview(call)
+    return True
 
 
 # ------------------------------------------------------------------ one attempt
@@ -269,7 +300,16 @@ def sweep(now: datetime | None = None) -> dict[str, int]:
         "expired": expire_pending(now),
         "leases_released": release_expired_leases(now),
         "requeued": requeue_unclaimed(now),
+        "previews_requested": request_missing_previews(now),
     }
+
+
+def request_missing_previews(now: datetime) -> int:
+    """Ask again for previews of pending calls whose request was lost; return how many."""
+    calls = ToolCall.objects.filter(
+        status=Status.PENDING_APPROVAL, preview__isnull=True, created_at__lte=now - UNCLAIMED_GRACE
+    ).values_list("pk", flat=True)
+    return sum(enqueue_preview(str(pk)) for pk in calls[:SWEEP_BATCH])
 
 
 def expire_pending(now: datetime) -> int:

@@ -235,8 +235,6 @@ def _accept(
         return _replay(existing, request_hash)
     if grant.breaker_failures:  # type: ignore[attr-defined]
         record_success(agent_id=agent.pk, tool_id=grant.tool_id)
-    if call.status == Status.PENDING_APPROVAL:
-        execution.attach_preview(call)
     return Proposed(call=call, verdict=verdict)
 
 
@@ -260,6 +258,8 @@ def _insert(call: ToolCall, verdict: Verdict) -> ToolCall | None:
             call.audit("call.proposed", actor=(ActorKind.AGENT, call.agent.name), data=_proposed_data(call))
             if call.status == Status.APPROVED:
                 execution.enqueue_on_commit(call)
+            else:
+                execution.preview_on_commit(call)
     except IntegrityError:
         if call.idempotency_key is None:
             raise

@@ -72,7 +72,8 @@ def test_a_reviewer_approved_refund_runs_once_with_the_approval_in_its_credentia
     celery_worker: CeleryWorker, demo_services: str, agent_api: Any
 ) -> None:
     api = agent_api()
-    call_id = api.propose(refund(35000, pedido="PED-00000005", idempotency_key="refund-big")).json()["id"]
+    # ?wait returns once the call waits for a person with its preview (computed by the worker).
+    call_id = api.propose(refund(35000, pedido="PED-00000005", idempotency_key="refund-big"), wait=15).json()["id"]
     call = ToolCall.objects.get(pk=call_id)
     assert call.status == "pending_approval"
     assert call.preview["after"]["refunded_centavos"] == 35000  # the reviewer sees the effect before it happens
