@@ -22,6 +22,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
+from django.views.decorators.vary import vary_on_headers
 
 from audit.chain import first_break
 from audit.models import Event
@@ -73,7 +74,24 @@ def filtered_events(form: EventFilterForm) -> QuerySet[Event]:
         "created_at__gte": _day_start(data["date_from"]) if data.get("date_from") else None,
         "created_at__lt": _day_start(data["date_to"] + timedelta(days=1)) if data.get("date_to") else None,
     }
-    return Event.objects.filter(**{key: value for key, value in lookups.items() if value})
+    events = Event.objects.filter(**{key: value for key, value in lookups.items() if value})
+    return events.filter(**_seq_bounds(lookups["created_at__gte"], lookups["created_at__lt"]))
+
+
+def _seq_bounds(start: datetime | None, end: datetime | None) -> dict[str, int]:
+    """Return the seq range a date range covers, so date filters walk the seq index, not the whole log.
+
+    Events are stamped under the chain lock, so time grows with seq; the date
+    filters stay applied as well, so the bounds only narrow what is read.
+    """
+    bounds = {}
+    if start is not None:
+        first = Event.objects.filter(created_at__gte=start).order_by("created_at").values_list("seq", flat=True)
+        bounds["seq__gte"] = first.first() or 2**62
+    if end is not None:
+        last = Event.objects.filter(created_at__lt=end).order_by("-created_at").values_list("seq", flat=True)
+        bounds["seq__lte"] = last.first() or 0
+    return bounds
 
 
 def _before(request: HttpRequest) -> int | None:
@@ -89,6 +107,7 @@ def reviewer_only(view: Any) -> Any:
 
 
 @require_GET
+@vary_on_headers("HX-Request")
 @reviewer_only
 def event_log(request: HttpRequest) -> HttpResponse:
     """Audit events newest first, 100 a page; htmx polls of the first page get just the table."""
@@ -107,7 +126,8 @@ def event_log(request: HttpRequest) -> HttpResponse:
         "paged": before is not None,
         "filter_query": params.urlencode(),
     }
-    template = "audit/_event_rows.html" if request.htmx else "audit/event_log.html"
+    partial = request.htmx and not request.htmx.history_restore_request
+    template = "audit/_event_rows.html" if partial else "audit/event_log.html"
     return render(request, template, context)
 
 

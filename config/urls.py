@@ -9,4 +9,7 @@ urlpatterns = [
     path("api/v1/", api.urls),
     path("healthz", healthz, name="healthz"),
     path("demo-services/", include("demo.urls")),
+    path("accounts/", include("django.contrib.auth.urls")),
+    path("audit/", include("audit.urls")),
+    path("", include("approvals.urls")),
 ]

@@ -21,7 +21,7 @@ from agents.models import Agent
 from agents.provisioning import create_or_update_agent
 
 # Fixtures that start real processes (Celery workers, beat, servers) live in their own module.
-pytest_plugins = ["tests.processes", "tests.mcp_server"]
+pytest_plugins = ["tests.processes", "tests.mcp_server", "tests.browser"]
 
 
 def _reachable(url: str, default_port: int) -> bool:

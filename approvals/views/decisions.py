@@ -1,0 +1,169 @@
+"""Reviewers' decisions: approve, reject with a reason, edit the arguments.
+
+The rules live in the model methods (compare-and-set under a row lock) and in
+`approvals.duties`; these views only translate requests and refusals. A POST
+answers htmx with the refreshed call (and `HX-Trigger: calls-changed` so counters
+refresh) and a plain browser with a redirect.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_http_methods, require_POST
+from django_htmx.http import trigger_client_event
+
+from agents.models import Grant
+from approvals.duties import DecisionRefused
+from approvals.execution import attach_preview, preview_arguments
+from approvals.forms import ArgumentsForm
+from approvals.models import DecisionKind, Status, ToolCall
+from approvals.views.access import _get_call_for_reviewer, reviewer_required
+from approvals.views.calls import call_context, preview_rows
+from approvals.views.present import DiffRow, diff_rows
+from toolcatalog.policies import policy_for
+from toolcatalog.policy import Verdict, evaluate
+
+CHANGED_EVENT = "calls-changed"
+
+
+def _answer(request: HttpRequest, call: ToolCall) -> HttpResponse:
+    """Show the call again: htmx gets the page's body, a browser is redirected to the page."""
+    if request.htmx:
+        response = render(request, "approvals/_call_detail.html", call_context(call, request.user))
+        return trigger_client_event(response, CHANGED_EVENT)
+    return redirect("approvals:call", pk=call.pk)
+
+
+def _enforce_expiry(call: ToolCall) -> None:
+    """Expire a call whose window has passed, so the page says so at once rather than at the next sweep."""
+    if call.status == Status.PENDING_APPROVAL and call.expires_at and call.expires_at <= timezone.now():
+        call.expire()
+
+
+def approve_as_seen(call: ToolCall, reviewer: AbstractBaseUser, seen_hash: str) -> str:
+    """Approve `call` if its arguments are still the ones the reviewer was shown; return what happened."""
+    if not seen_hash:
+        raise DecisionRefused("Open the call's page and read its arguments before approving.")
+    with transaction.atomic():
+        # Held until commit, so no edit slips in between this check and the approval.
+        current = ToolCall.objects.select_for_update().only("arguments_hash").get(pk=call.pk)
+        if current.arguments_hash != seen_hash:
+            raise DecisionRefused("The arguments changed since this page was drawn; read them again first.")
+        repeat = call.decisions.filter(kind=DecisionKind.APPROVE, reviewer=reviewer, arguments_hash=seen_hash).exists()
+        if call.approve(reviewer):
+            return "Approved. The call runs now."
+    count, needed = call.approval_count(), max(call.approvals_required, 1)
+    if repeat:
+        return f"You already approved these arguments ({count} of {needed}); another reviewer must approve."
+    return f"Your approval is recorded ({count} of {needed}); another reviewer must approve before it runs."
+
+
+@require_POST
+@reviewer_required
+def approve(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+    """Approve the call (binding the arguments the reviewer saw)."""
+    call = _get_call_for_reviewer(request, pk)
+    try:
+        messages.success(request, approve_as_seen(call, request.user, request.POST.get("arguments_hash", "")))
+    except DecisionRefused as refused:
+        _enforce_expiry(call)
+        messages.error(request, str(refused))
+    return _answer(request, call)
+
+
+@require_POST
+@reviewer_required
+def reject(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+    """Reject the call with a reason the agent receives."""
+    call = _get_call_for_reviewer(request, pk)
+    try:
+        call.reject(request.user, request.POST.get("reason", ""))
+        messages.success(request, "Rejected. The agent receives your reason.")
+    except DecisionRefused as refused:
+        _enforce_expiry(call)
+        messages.error(request, str(refused))
+    return _answer(request, call)
+
+
+@dataclass
+class EditReview:
+    """An edit judged exactly as the agent's own proposal would be, before anything is saved."""
+
+    arguments: dict[str, Any]
+    verdict: Verdict | None
+    diff: list[DiffRow]
+    preview: dict[str, Any] | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def acceptable(self) -> bool:
+        return not self.problems
+
+    @property
+    def preview_rows(self) -> list[DiffRow]:
+        return preview_rows(self.preview or {})
+
+
+def review_edit(call: ToolCall, form: ArgumentsForm, base_hash: str) -> EditReview:
+    """Re-validate and re-classify edited arguments under the agent's grant; say what stops them."""
+    arguments = form.arguments()
+    grant = Grant.objects.filter(agent_id=call.agent_id, tool_id=call.tool_id).first()
+    verdict = evaluate(policy_for(call.tool), grant, arguments)
+    review = EditReview(arguments, verdict, diff_rows(call.arguments, arguments))
+    if base_hash != call.arguments_hash:
+        review.problems.append("The arguments changed while you were editing; start again from the current ones.")
+    if arguments == call.arguments:
+        review.problems.append("Nothing changed.")
+    if verdict.error_code == "invalid_arguments":
+        form.add_schema_errors(verdict.errors)
+        review.problems.append("The edited arguments do not match the tool's schema.")
+    elif verdict.refused:
+        review.problems.append(verdict.message)
+    if review.acceptable:
+        review.preview = preview_arguments(call.tool, call.agent, arguments)
+    return review
+
+
+def _save_edit(request: HttpRequest, call: ToolCall, review: EditReview) -> HttpResponse | None:
+    """Save a confirmed edit and go back to the call; None (with a message) if refused."""
+    before = call.risk_tier
+    try:
+        call.edit_arguments(request.user, review.arguments, review.verdict)
+    except DecisionRefused as refused:
+        _enforce_expiry(call)
+        messages.error(request, str(refused))
+        return None
+    attach_preview(call)  # outside the edit's transaction: a dry run may call the downstream service
+    messages.success(
+        request, f"Arguments edited (tier {before} → {call.risk_tier}). The edited call now needs approval."
+    )
+    return redirect("approvals:call", pk=call.pk)
+
+
+@require_http_methods(["GET", "POST"])
+@reviewer_required
+def edit(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+    """Edit a pending call's arguments: fill in, review the diff and new tier, then confirm."""
+    call = _get_call_for_reviewer(request, pk)
+    if call.status != Status.PENDING_APPROVAL:
+        messages.error(request, f"This call is {call.get_status_display().lower()}; its arguments can't change.")
+        return redirect("approvals:call", pk=call.pk)
+    form = ArgumentsForm(call.tool.input_schema, call.arguments, request.POST or None)
+    context: dict[str, Any] = {"call": call, "form": form, "base_hash": call.arguments_hash}
+    if request.method == "POST" and form.is_valid():
+        context["base_hash"] = request.POST.get("base_hash", "")
+        review = context["review"] = review_edit(call, form, context["base_hash"])
+        if review.acceptable and request.POST.get("confirm"):
+            saved = _save_edit(request, call, review)
+            if saved is not None:
+                return saved
+    return render(request, "approvals/call_edit.html", context)

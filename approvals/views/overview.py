@@ -1,0 +1,111 @@
+"""The overview: how the queue is doing, what reviewers decide, what the guards absorbed.
+
+Every figure is one aggregate query over a bounded window, so the page costs the
+same whatever the history.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from statistics import median
+from typing import Any
+
+from django.contrib import messages
+from django.db import connection
+from django.db.models import Aggregate, Count, DurationField, F, Q, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from agents.breakers import reset
+from agents.models import CircuitBreaker
+from approvals.models import Status, ToolCall
+from approvals.views.access import reviewer_required
+from approvals.views.present import compact_duration
+from approvals.views.queue import pending_count
+from audit.models import Event
+
+WINDOW = timedelta(days=30)
+# Where the database can't take a median, it is computed from at most this many recent decisions.
+MEDIAN_SAMPLE = 10_000
+REPLAYED_ACTION = "call.replayed"
+
+
+class Median(Aggregate):
+    """PostgreSQL's continuous median of an interval."""
+
+    function = "percentile_cont"
+    template = "%(function)s(0.5) WITHIN GROUP (ORDER BY %(expressions)s)"
+    output_field = DurationField()
+
+
+def reviewed_calls(since: Any) -> QuerySet[ToolCall]:
+    """Return calls a person decided (approved or rejected) since `since`."""
+    return ToolCall.objects.filter(created_at__gte=since, approvals_required__gt=0, decided_at__isnull=False)
+
+
+def median_time_to_decision(since: Any) -> timedelta | None:
+    """Return the median time from proposal to a reviewer's decision, or None without decisions."""
+    calls = reviewed_calls(since)
+    wait = F("decided_at") - F("created_at")
+    if connection.vendor == "postgresql":
+        return calls.aggregate(median=Median(wait))["median"]
+    waits = [d - c for d, c in calls.order_by("-created_at").values_list("decided_at", "created_at")[:MEDIAN_SAMPLE]]
+    return median(waits) if waits else None
+
+
+def outcomes_per_tool(since: Any) -> list[dict[str, Any]]:
+    """Return, per tool, how many reviewed calls people approved and rejected, and how many expired."""
+    reviewed = Q(approvals_required__gt=0)
+    return list(
+        ToolCall.objects.filter(created_at__gte=since)
+        .filter(reviewed | Q(status=Status.EXPIRED))
+        .values("tool__name")
+        .annotate(
+            approved=Count("id", filter=Q(decided_at__isnull=False) & ~Q(status=Status.REJECTED)),
+            rejected=Count("id", filter=Q(status=Status.REJECTED)),
+            expired=Count("id", filter=Q(status=Status.EXPIRED)),
+        )
+        .order_by("tool__name")
+    )
+
+
+def status_counts(since: Any) -> list[tuple[str, str, int]]:
+    """Return (status, label, how many calls proposed since `since` are in it), for every state."""
+    rows = ToolCall.objects.filter(created_at__gte=since).values_list("status").annotate(n=Count("id"))
+    counts = dict(rows.order_by())
+    return [(value, label, counts.get(value, 0)) for value, label in Status.choices]
+
+
+@require_GET
+@reviewer_required
+def overview(request: HttpRequest) -> HttpResponse:
+    """Pending count, median time to decision, outcomes per tool, replays absorbed, open breakers."""
+    since = timezone.now() - WINDOW
+    wait = median_time_to_decision(since)
+    context = {
+        "window_days": WINDOW.days,
+        "pending": pending_count(),
+        "median_wait": compact_duration(wait) if wait is not None else None,
+        "decided": reviewed_calls(since).count(),
+        "per_tool": outcomes_per_tool(since),
+        "statuses": status_counts(since),
+        "replays": Event.objects.filter(action=REPLAYED_ACTION, created_at__gte=since).count(),
+        "breakers": list(
+            CircuitBreaker.objects.filter(opened_at__isnull=False).select_related("agent", "tool").order_by("opened_at")
+        ),
+    }
+    return render(request, "approvals/overview.html", context)
+
+
+@require_POST
+@reviewer_required
+def reset_breaker(request: HttpRequest, pk: int) -> HttpResponse:
+    """Close an open circuit breaker, letting the agent call the tool again."""
+    breaker = get_object_or_404(CircuitBreaker.objects.select_related("agent", "tool"), pk=pk)
+    if reset(breaker, by=request.user.get_username()):
+        messages.success(request, f"Circuit breaker of {breaker.agent.name} / {breaker.tool.name} reset.")
+    else:
+        messages.info(request, "That circuit breaker was already closed.")
+    return redirect("approvals:overview")

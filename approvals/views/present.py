@@ -1,0 +1,194 @@
+"""How the console shows calls to people: money, arguments, diffs, timelines.
+
+Pure functions over plain values (no queries), so templates stay dumb and these
+rules are tested without a browser.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+# Arguments whose names end like this hold money; they are what a reviewer reads first.
+MONEY_CENTS_SUFFIX = "_centavos"
+MONEY_UNITS_SUFFIX = "_brl"
+# Audit data keys that are long or repeated elsewhere on the page.
+ISO_DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}")
+NOISY_EVENT_KEYS = frozenset({"arguments", "before", "after", "from", "justification", "risk_reasons", "preview"})
+
+
+def format_brl(cents: int) -> str:
+    """Return an amount in cents as Brazilian reais: 800000 → "R$ 8.000,00"."""
+    sign = "-" if cents < 0 else ""
+    units, rest = divmod(abs(int(cents)), 100)
+    return f"{sign}R$ {units:,}".replace(",", ".") + f",{rest:02d}"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def format_value(name: str, value: Any) -> str:
+    """Return one argument or resource field as a person reads it."""
+    if _is_number(value) and name.endswith(MONEY_CENTS_SUFFIX):
+        return format_brl(int(value))
+    if _is_number(value) and name.endswith(MONEY_UNITS_SUFFIX):
+        return format_brl(round(value * 100))
+    if value is None:
+        return "—"
+    if isinstance(value, str) and ISO_DATETIME.match(value):
+        return _readable_datetime(value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list) and all(isinstance(item, str | int | float) for item in value):
+        return ", ".join(str(item) for item in value)
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return str(value)
+
+
+def _readable_datetime(text: str) -> str:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return text
+    suffix = " UTC" if moment.utcoffset() == timedelta(0) else ""
+    return moment.strftime("%Y-%m-%d %H:%M:%S") + suffix
+
+
+def headline(arguments: Mapping[str, Any], resource_argument: str = "") -> tuple[str, str] | None:
+    """Return the argument that matters most as (name, formatted value): money first, then the resource."""
+    if not isinstance(arguments, Mapping):
+        return None
+    for name, value in arguments.items():
+        if _is_number(value) and name.endswith((MONEY_CENTS_SUFFIX, MONEY_UNITS_SUFFIX)):
+            return name, format_value(name, value)
+    if resource_argument and resource_argument in arguments:
+        return resource_argument, format_value(resource_argument, arguments[resource_argument])
+    return None
+
+
+def raw_text(value: Any) -> str:
+    """Return a value as the agent sent it (strings without JSON quotes)."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class ArgumentRow:
+    name: str
+    value: str
+    raw: str
+    description: str
+    required: bool
+
+
+def argument_rows(arguments: Mapping[str, Any], schema: Mapping[str, Any]) -> list[ArgumentRow]:
+    """Return the real arguments in schema order, each with the schema's description as a hint."""
+    properties = schema.get("properties") or {}
+    required = set(schema.get("required") or [])
+    names = [name for name in properties if name in arguments] + [name for name in arguments if name not in properties]
+    return [
+        ArgumentRow(
+            name=name,
+            value=format_value(name, arguments[name]),
+            raw=raw_text(arguments[name]),
+            description=str((properties.get(name) or {}).get("description", "")),
+            required=name in required,
+        )
+        for name in names
+    ]
+
+
+@dataclass(frozen=True)
+class DiffRow:
+    name: str
+    before: str
+    after: str
+    change: str  # "same", "changed", "added" or "removed"
+
+    @property
+    def changed(self) -> bool:
+        return self.change != "same"
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Return nested mappings as one level of dotted names (lists stay whole)."""
+    if not isinstance(value, Mapping):
+        return {prefix or "value": value} if value is not None else {}
+    flat: dict[str, Any] = {}
+    for key, item in value.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        flat.update(flatten(item, name) if isinstance(item, Mapping) and item else {name: item})
+    return flat
+
+
+def diff_rows(before: Any, after: Any) -> list[DiffRow]:
+    """Return a field-by-field before → after comparison of two JSON objects."""
+    old, new = flatten(before), flatten(after)
+    rows = []
+    for name in list(old) + [name for name in new if name not in old]:
+        if name not in new:
+            change = "removed"
+        elif name not in old:
+            change = "added"
+        else:
+            change = "same" if old[name] == new[name] else "changed"
+        before_text = format_value(_leaf(name), old[name]) if name in old else ""
+        after_text = format_value(_leaf(name), new[name]) if name in new else ""
+        rows.append(DiffRow(name, before_text, after_text, change))
+    # What changed is what a reviewer must read; the stored key order (jsonb's) means nothing.
+    return sorted(rows, key=lambda row: not row.changed)
+
+
+def _leaf(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+def compact_duration(delta: timedelta) -> str:
+    """Return a duration the way a queue reads it: "45s", "12m", "3h 05m", "2d 4h"."""
+    seconds = max(0, int(delta.total_seconds()))
+    days, seconds = divmod(seconds, 86400)
+    hours, seconds = divmod(seconds, 3600)
+    minutes, seconds = divmod(seconds, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m"
+    return f"{seconds}s"
+
+
+def seconds_until(moment: datetime | None, now: datetime) -> int | None:
+    """Return whole seconds from `now` until `moment` (negative once passed), or None."""
+    return None if moment is None else int((moment - now).total_seconds())
+
+
+def event_summary(data: Mapping[str, Any], limit: int = 4) -> list[tuple[str, str]]:
+    """Return the few audit data fields worth a line in a timeline, formatted."""
+    items = []
+    for key, value in data.items():
+        if key in NOISY_EVENT_KEYS or value in (None, "", [], {}):
+            continue
+        text = format_value(key, value)
+        if key.endswith("hash") and isinstance(value, str):
+            text = value[:12] + "…"
+        items.append((key, text if len(text) <= 120 else text[:119] + "…"))
+    return items[:limit]
+
+
+def count_approvals(decisions: Iterable[tuple[Any, str, int, str]], calls: Iterable[Any]) -> dict[Any, int]:
+    """Return distinct approvers per call, counting only approvals of its current arguments and version.
+
+    `decisions` are (call_id, arguments_hash, tool_version, reviewer_name) of approve decisions.
+    """
+    current = {call.pk: (call.arguments_hash, call.tool_version) for call in calls}
+    approvers: dict[Any, set[str]] = {pk: set() for pk in current}
+    for call_id, args_hash, version, reviewer in decisions:
+        if current.get(call_id) == (args_hash, version):
+            approvers[call_id].add(reviewer)
+    return {pk: len(names) for pk, names in approvers.items()}

@@ -1,0 +1,167 @@
+"""The queue of pending calls, the activity view, and the nav's pending count.
+
+Each page runs a fixed number of queries whatever the table sizes: one page of
+rows (with agent and tool joined), one query for their approvals, one count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+from django.views.decorators.vary import vary_on_headers
+
+from approvals.forms import QueueFilterForm
+from approvals.models import Decision, DecisionKind, Status, ToolCall
+from approvals.views.access import reviewer_required
+from approvals.views.present import compact_duration, count_approvals, headline, seconds_until
+from toolcatalog.models import RiskTier
+
+PAGE_SIZE = 50
+COUNT_CAP = 1000
+IN_FLIGHT_OR_STUCK = (Status.APPROVED, Status.EXECUTING, Status.NEEDS_RECONCILIATION)
+FINISHED = (Status.REJECTED, Status.EXPIRED, Status.SUCCEEDED, Status.FAILED, Status.REFUSED)
+# The big JSON columns no list needs.
+LIST_DEFERRED = ("preview", "result", "original_arguments", "risk_reasons", "justification")
+
+
+def pending_calls() -> QuerySet[ToolCall]:
+    """Return the calls a reviewer can still decide: pending and inside their window."""
+    now = timezone.now()
+    return ToolCall.objects.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now), status=Status.PENDING_APPROVAL)
+
+
+def pending_count() -> int:
+    """Return exactly how many calls wait for a reviewer."""
+    return pending_calls().count()
+
+
+def capped_count(calls: QuerySet[ToolCall]) -> int:
+    """Return how many rows `calls` has, counting no further than COUNT_CAP + 1.
+
+    A queue page needs "more than a thousand", not the exact size of a huge backlog;
+    counting at most COUNT_CAP + 1 rows keeps every refresh cheap.
+    """
+    return calls.order_by()[: COUNT_CAP + 1].count()
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    call: ToolCall
+    tier_name: str
+    headline: tuple[str, str] | None
+    resource: str
+    age: str
+    approvals: int
+    approvals_needed: int
+    seconds_left: int | None
+
+
+def _page_number(request: HttpRequest) -> int:
+    try:
+        return max(1, int(request.GET.get("page", "1")))
+    except ValueError:
+        return 1
+
+
+def _rows(calls: list[ToolCall], tiers: dict[int, str]) -> list[QueueRow]:
+    """Return queue rows; approvals of the whole page come from one query."""
+    decisions = Decision.objects.filter(call__in=[c.pk for c in calls], kind=DecisionKind.APPROVE).values_list(
+        "call_id", "arguments_hash", "tool_version", "reviewer_name"
+    )
+    counts = count_approvals(decisions, calls) if calls else {}
+    now = timezone.now()
+    return [
+        QueueRow(
+            call=call,
+            tier_name=tiers.get(call.risk_tier, ""),
+            headline=headline(call.arguments, call.tool.resource_argument),
+            resource=str(call.arguments.get(call.tool.resource_argument, "")) if call.tool.resource_argument else "",
+            age=compact_duration(now - call.created_at),
+            approvals=counts.get(call.pk, 0),
+            approvals_needed=max(call.approvals_required, 1),
+            seconds_left=seconds_until(call.expires_at, now),
+        )
+        for call in calls
+    ]
+
+
+def _queue_context(request: HttpRequest) -> dict[str, Any]:
+    form = QueueFilterForm(request.GET)
+    filtered = pending_calls().filter(**form.filters())
+    page = _page_number(request)
+    start = (page - 1) * PAGE_SIZE
+    calls = list(
+        filtered.select_related("agent", "tool")
+        .defer(*LIST_DEFERRED)
+        .order_by("-risk_tier", "created_at")[start : start + PAGE_SIZE + 1]
+    )
+    params = request.GET.copy()
+    params.pop("page", None)
+    return {
+        "form": form,
+        "rows": _rows(calls[:PAGE_SIZE], dict(RiskTier.objects.values_list("level", "name"))),
+        "total": capped_count(filtered),
+        "page": page,
+        "first_index": start + 1,
+        "last_index": start + min(len(calls), PAGE_SIZE),
+        "has_next": len(calls) > PAGE_SIZE,
+        "filter_query": params.urlencode(),
+    }
+
+
+def is_partial(request: HttpRequest) -> bool:
+    """Return whether to answer with a fragment: an htmx request, but not a history restore."""
+    return bool(request.htmx) and not request.htmx.history_restore_request
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+@reviewer_required
+def queue(request: HttpRequest) -> HttpResponse:
+    """The pending calls, highest risk then oldest first; htmx polls get just the results."""
+    context = _queue_context(request)
+    if is_partial(request):
+        return render(request, "approvals/_queue_rows.html", context)
+    return render(request, "approvals/queue.html", context)
+
+
+def _deciders(calls: list[ToolCall]) -> dict[Any, list[str]]:
+    """Return who approved or rejected each call, from one query."""
+    names: dict[Any, list[str]] = {call.pk: [] for call in calls}
+    decisions = Decision.objects.filter(call__in=list(names), kind__in=[DecisionKind.APPROVE, DecisionKind.REJECT])
+    for call_id, reviewer in decisions.order_by("created_at").values_list("call_id", "reviewer_name"):
+        if reviewer not in names[call_id]:
+            names[call_id].append(reviewer)
+    return names
+
+
+def _activity_context() -> dict[str, Any]:
+    calls = ToolCall.objects.select_related("agent", "tool").defer(*LIST_DEFERRED)
+    in_flight = list(calls.filter(status__in=IN_FLIGHT_OR_STUCK).order_by("created_at")[:PAGE_SIZE])
+    recent = list(calls.filter(status__in=FINISHED).order_by("-created_at")[:PAGE_SIZE])
+    deciders = _deciders(in_flight + recent)
+    for call in in_flight + recent:
+        call.deciders = deciders[call.pk]
+    return {"in_flight": in_flight, "recent": recent, "now": timezone.now()}
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+@reviewer_required
+def activity(request: HttpRequest) -> HttpResponse:
+    """Calls in flight and recently decided or finished; htmx polls get just the tables."""
+    template = "approvals/_activity_tables.html" if is_partial(request) else "approvals/activity.html"
+    return render(request, template, _activity_context())
+
+
+@require_GET
+@reviewer_required
+def pending_badge(request: HttpRequest) -> HttpResponse:
+    """The nav's pending count, polled and refreshed when a decision is made."""
+    return render(request, "approvals/_pending_badge.html", {"pending_count": capped_count(pending_calls())})
