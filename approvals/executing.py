@@ -1,0 +1,219 @@
+"""One attempt at an approved call, as compare-and-set steps on the call's row.
+
+A mixin of ToolCall; `approvals.execution` and `approvals.tasks` drive it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from approvals.states import Status
+from audit.models import ActorKind
+
+if TYPE_CHECKING:
+    from toolcatalog.executors import Verification
+    from toolcatalog.policy import Verdict
+
+
+class ExecutionSteps:
+    """claim / record_result / finish / fail_attempt / requeue / release_expired_lease, for ToolCall."""
+
+    # One attempt: claim (approved → executing, attempts + 1, a lease) → the executor,
+    # outside any transaction → record_result → finish (succeeded or
+    # needs_reconciliation), or fail_attempt (back to approved for a retry, or failed).
+    # Each step is a compare-and-set on status *and* attempt number, so a worker whose
+    # lease the sweeper took back can no longer write anything. On an *approved* call,
+    # lease_expires_at means "not before": the sweeper leaves the call alone until then
+    # (a retry's backoff, or a message it has just re-sent).
+
+    WORKER = (ActorKind.SYSTEM, "worker")
+    SWEEPER = (ActorKind.SYSTEM, "sweeper")
+
+    def _execution_step(
+        self,
+        expected: str,
+        to: str,
+        *,
+        action: str,
+        actor: tuple[str, str],
+        data: dict[str, Any] | None = None,
+        where: dict[str, Any] | None = None,
+        **fields: Any,
+    ) -> bool:
+        """Compare-and-set from (`expected`, this attempt number) to `to`; audit in the same transaction.
+
+        Returns whether this caller won.
+        """
+        with transaction.atomic():
+            matching = type(self).objects.filter(pk=self.pk, status=expected, attempts=self.attempts, **(where or {}))
+            if not matching.update(status=to, **fields):
+                return False
+            self.status = to
+            for name, value in fields.items():
+                setattr(self, name, value)
+            self.audit(action, actor=actor, data={"from": expected, "to": to, "attempt": self.attempts, **(data or {})})
+        return True
+
+    def claim(self, lease: timedelta) -> bool:
+        """Start an attempt (approved → executing, holding a lease); return False if another delivery won."""
+        expires = timezone.now() + lease
+        return self._execution_step(
+            Status.APPROVED,
+            Status.EXECUTING,
+            action="call.execution_started",
+            actor=self.WORKER,
+            data={"lease_expires_at": expires.isoformat()},
+            attempts=self.attempts + 1,
+            lease_expires_at=expires,
+        )
+
+    def return_for_approval(self, verdict: Verdict, tool_version: int) -> bool:
+        """The tool changed after approval: back to pending_approval under its current policy.
+
+        Returns whether this caller did it. Approvals bind the old tool version, so
+        they no longer count: the call waits for a fresh approval (at least one).
+        """
+        now = timezone.now()
+        return self._execution_step(
+            Status.EXECUTING,
+            Status.PENDING_APPROVAL,
+            action="call.returned_for_approval",
+            actor=self.WORKER,
+            data={
+                "approved_tool_version": self.approved_tool_version,
+                "tool_version": tool_version,
+                "risk_tier_before": self.risk_tier,
+                "risk_tier_after": verdict.risk_tier,
+                "risk_reasons": verdict.risk_reasons,
+            },
+            tool_version=tool_version,
+            risk_tier=verdict.risk_tier,
+            risk_reasons=verdict.risk_reasons,
+            approvals_required=max(verdict.approvals_required, 1),
+            decided_at=None,
+            expires_at=now + verdict.approval_window,
+            approved_arguments_hash="",
+            approved_tool_version=None,
+            lease_expires_at=None,
+            preview=None,
+        )
+
+    def refuse_on_recheck(self, error: dict[str, Any]) -> bool:
+        """The current policy refuses what was approved under an older one: executing → refused."""
+        return self._execution_step(
+            Status.EXECUTING,
+            Status.REFUSED,
+            action="call.refused_on_recheck",
+            actor=self.WORKER,
+            data={"error": error},
+            error=error,
+            finished_at=timezone.now(),
+            lease_expires_at=None,
+        )
+
+    def record_result(self, result: dict[str, Any]) -> bool:
+        """Store what the downstream answered (still executing: verification comes next); return whether stored."""
+        return self._execution_step(
+            Status.EXECUTING,
+            Status.EXECUTING,
+            action="call.executed",
+            actor=self.WORKER,
+            data={"result": result},
+            result=result,
+        )
+
+    def finish(self, verification: Verification) -> bool:
+        """End the attempt by what reading the downstream back showed: succeeded or needs_reconciliation."""
+        confirmed = bool(verification.confirmed)
+        error = None
+        if not confirmed:
+            error = {
+                "error": "needs_reconciliation",
+                "message": "The effect could not be confirmed downstream; a person must reconcile this call.",
+                "detail": verification.detail,
+                "observed": verification.observed,
+            }
+        return self._execution_step(
+            Status.EXECUTING,
+            Status.SUCCEEDED if confirmed else Status.NEEDS_RECONCILIATION,
+            action="call.succeeded" if confirmed else "call.needs_reconciliation",
+            actor=self.WORKER,
+            data={"observed": verification.observed, "detail": verification.detail},
+            error=error,
+            finished_at=timezone.now(),
+            lease_expires_at=None,
+        )
+
+    def fail_attempt(self, error: dict[str, Any], retry_at: datetime | None) -> bool:
+        """End a failed attempt: back to approved until `retry_at`, or failed when None; return whether done."""
+        if retry_at is not None:
+            return self._execution_step(
+                Status.EXECUTING,
+                Status.APPROVED,
+                action="call.retry_scheduled",
+                actor=self.WORKER,
+                data={"error": error, "retry_at": retry_at.isoformat()},
+                error=error,
+                lease_expires_at=retry_at,
+            )
+        return self._execution_step(
+            Status.EXECUTING,
+            Status.FAILED,
+            action="call.failed",
+            actor=self.WORKER,
+            data={"error": error},
+            error=error,
+            finished_at=timezone.now(),
+            lease_expires_at=None,
+        )
+
+    def requeue(self, not_before: datetime) -> bool:
+        """Mark an approved call nobody claimed as re-sent (the caller enqueues it); return whether this sweeper won."""
+        return self._execution_step(
+            Status.APPROVED,
+            Status.APPROVED,
+            action="call.requeued",
+            actor=self.SWEEPER,
+            where={"lease_expires_at": self.lease_expires_at},
+            lease_expires_at=not_before,
+        )
+
+    def release_expired_lease(self, *, now: datetime, can_repeat: bool) -> bool:
+        """Take back an attempt whose lease ran out by `now` (its worker vanished); return whether this sweeper did.
+
+        `can_repeat`: the downstream gets the same idempotency key again, so running the
+        attempt again cannot duplicate its effect → approved, due at once (the sweeper
+        re-sends it). Otherwise the effect is unknown → needs_reconciliation, for a person.
+        """
+        where = {"lease_expires_at__lte": now}
+        data = {"lease_expires_at": self.lease_expires_at.isoformat() if self.lease_expires_at else None}
+        if can_repeat:
+            return self._execution_step(
+                Status.EXECUTING,
+                Status.APPROVED,
+                action="call.lease_expired",
+                actor=self.SWEEPER,
+                data={**data, "next": "run again with the same idempotency key"},
+                where=where,
+                lease_expires_at=now,
+            )
+        error = {
+            "error": "needs_reconciliation",
+            "message": "The worker stopped during an attempt that may not run again (its downstream does not "
+            "dedupe by idempotency key, or its attempts are spent); a person must check the downstream.",
+        }
+        return self._execution_step(
+            Status.EXECUTING,
+            Status.NEEDS_RECONCILIATION,
+            action="call.lease_expired",
+            actor=self.SWEEPER,
+            data={**data, "next": "needs_reconciliation"},
+            where=where,
+            error=error,
+            finished_at=now,
+            lease_expires_at=None,
+        )
