@@ -5,6 +5,9 @@ resource (read per request, so a test toggles it while the server runs):
 
 - `pause_after_apply` — commit the effect, then hold the response while the variable
   stays set (at most a minute): the window in which a test SIGKILLs the worker;
+- `pause_before_apply` — hold the request before touching anything while the variable
+  stays set, then answer 503 without applying: for the worker that was killed meanwhile,
+  its request never took effect;
 - `ack_without_apply` — answer success but roll the effect back: a downstream that
   lies, which only post-execution verification catches;
 - `unavailable` — answer 503 to every attempt; `unavailable_once` — to the first
@@ -32,6 +35,16 @@ def pause_after_apply(resource: str) -> None:
     deadline = time.monotonic() + PAUSE_LIMIT_SECONDS
     while active("pause_after_apply", resource) and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def held_before_apply(resource: str) -> bool:
+    """Block while `pause_before_apply` is on for `resource`; return whether the request was held."""
+    if not active("pause_before_apply", resource):
+        return False
+    deadline = time.monotonic() + PAUSE_LIMIT_SECONDS
+    while active("pause_before_apply", resource) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return True
 
 
 def unavailable(resource: str, key: str) -> bool:

@@ -64,6 +64,8 @@ def _refund_arguments(arguments: dict[str, Any]) -> tuple[str, int, str]:
 def refund(arguments: dict[str, Any], *, key: str, claims: Claims) -> dict[str, Any]:
     """Refund `valor_centavos` of the order once per idempotency key; return the ledger entry."""
     order_id, amount, motivo = _refund_arguments(arguments)
+    if faults.held_before_apply(order_id):
+        raise ServiceError(503, "unavailable", "The ledger dropped this request before applying it.")
     try:
         with transaction.atomic():
             body = _apply_refund(arguments, order_id, amount, motivo, key, claims)
