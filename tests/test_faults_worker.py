@@ -44,6 +44,8 @@ def test_a_worker_killed_before_the_effect_runs_it_once_after_restart(
     assert call.attempts == 2
     assert Refund.objects.count() == 1
     assert actions(call_id).count("call.lease_expired") == 1
+    # The worker minted scoped credentials for both attempts; none of them reached its log.
+    assert "Bearer" not in worker.log() and "credential" not in worker.log().lower()
 
 
 def restart_tolerating_death(worker: CeleryWorker) -> None:
