@@ -10,6 +10,8 @@ from typing import Any
 
 from django.http import JsonResponse
 
+from toolcatalog.policy import Verdict
+
 # code → HTTP status. The OpenAPI document and the MCP adapter read this table too.
 ERROR_STATUS: dict[str, int] = {
     "malformed_request": 400,
@@ -43,6 +45,16 @@ class ApiError(Exception):
 
     def body(self) -> dict[str, Any]:
         return error_body(self.code, self.message, **self.details)
+
+    @classmethod
+    def from_verdict(cls, verdict: Verdict, prefix: str = "") -> ApiError:
+        """Return the error of a refusing verdict: its code, message, field errors, tier and rules."""
+        error = cls(verdict.error_code or "permission_denied", prefix + verdict.message)
+        if verdict.errors:
+            error.details["errors"] = verdict.errors
+        if verdict.risk_tier is not None:
+            error.details.update(risk_tier=verdict.risk_tier, risk_reasons=verdict.risk_reasons)
+        return error
 
 
 def error_body(code: str, message: str, **details: Any) -> dict[str, Any]:

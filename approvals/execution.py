@@ -23,6 +23,7 @@ from kombu import pools
 from kombu.pools import ProducerPool
 
 from agents.models import Agent, Grant
+from approvals.errors import ApiError
 from approvals.models import DecisionKind, Status, ToolCall
 from toolcatalog.credentials import Scope, mint
 from toolcatalog.executors import ExecutionContext, ExecutorError, Verification, executor_for
@@ -223,10 +224,7 @@ def send_back_for_approval(call: ToolCall) -> None:
     grant = Grant.objects.filter(agent=call.agent, tool=call.tool, tool__enabled=True).first()
     verdict = evaluate(policy_for(call.tool), grant, call.arguments)
     if verdict.refused:
-        error = {"error": verdict.error_code or "permission_denied", "message": verdict.message}
-        if verdict.errors:
-            error["errors"] = verdict.errors
-        call.refuse_on_recheck(error)
+        call.refuse_on_recheck(ApiError.from_verdict(verdict).body())
     elif call.return_for_approval(verdict, call.tool.version):
         attach_preview(call)
 

@@ -309,11 +309,7 @@ def _record_replay(call: ToolCall) -> None:
 
 def _refuse(agent: Agent, grant: Grant, proposal: Proposal, arguments: Any, verdict: Verdict) -> NoReturn:
     """Store and audit a refused proposal (without its key), count it for the breaker, raise its error."""
-    error = ApiError(verdict.error_code or "malformed_request", verdict.message)
-    if verdict.errors:
-        error.details["errors"] = verdict.errors
-    if verdict.risk_tier is not None:
-        error.details.update(risk_tier=verdict.risk_tier, risk_reasons=verdict.risk_reasons)
+    error = ApiError.from_verdict(verdict)
     call = ToolCall(
         agent=agent,
         tool=grant.tool,
@@ -346,9 +342,6 @@ def _refuse(agent: Agent, grant: Grant, proposal: Proposal, arguments: Any, verd
 def _dry_run(agent: Agent, grant: Grant, arguments: dict[str, Any], verdict: Verdict) -> Proposed:
     """Predict the call's effect without storing or executing anything."""
     if verdict.refused:
-        error = ApiError(verdict.error_code or "malformed_request", verdict.message)
-        if verdict.errors:
-            error.details["errors"] = verdict.errors
-        raise error
+        raise ApiError.from_verdict(verdict)
     preview = execution.preview_arguments(grant.tool, agent, arguments)
     return Proposed(preview=preview, verdict=verdict)

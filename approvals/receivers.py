@@ -18,7 +18,7 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from agents.models import Grant
-from approvals.errors import error_body
+from approvals.errors import ApiError
 from approvals.models import SYSTEM, Status, ToolCall
 from toolcatalog.policies import policy_for, tier_specs
 from toolcatalog.policy import TierSpec, Verdict, evaluate
@@ -99,14 +99,8 @@ def _rejudge(call: ToolCall, verdict: Verdict, version: int) -> bool:
 
 
 def _refuse(call: ToolCall, verdict: Verdict, version: int) -> bool:
-    details: dict[str, Any] = {"errors": verdict.errors} if verdict.errors else {}
-    if verdict.risk_tier is not None:
-        details.update(risk_tier=verdict.risk_tier, risk_reasons=verdict.risk_reasons)
-    error = error_body(
-        verdict.error_code or "permission_denied",
-        f"The policy changed while this call waited for approval, and now refuses it: {verdict.message}",
-        **details,
-    )
+    prefix = "The policy changed while this call waited for approval, and now refuses it: "
+    error = ApiError.from_verdict(verdict, prefix).body()
     return call.transition(
         Status.PENDING_APPROVAL,
         Status.REFUSED,

@@ -25,26 +25,14 @@ from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
 from audit.chain import first_break
-from audit.models import Event
+from audit.models import HASHED_FIELDS, Event
 
 REVIEW_PERMISSION = "approvals.review_toolcall"
 PAGE_SIZE = 100
 EXPORT_BATCH = 2000
 CHAIN_CACHE_KEY = "audit:chain-status"
 CHAIN_CACHE_SECONDS = 120
-EXPORT_FIELDS = (
-    "seq",
-    "created_at",
-    "actor_kind",
-    "actor_name",
-    "action",
-    "call_id",
-    "agent_name",
-    "tool_name",
-    "data",
-    "prev_hash",
-    "hash",
-)
+EXPORT_FIELDS = (*HASHED_FIELDS, "prev_hash", "hash")
 # A spreadsheet would run a cell starting with these as a formula; agents choose some of this text.
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 
