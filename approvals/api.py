@@ -236,7 +236,9 @@ def _json(body: dict[str, Any], status: int, replayed: bool = False) -> JsonResp
 def wait_for(call: ToolCall, seconds: float, *, until_changed_from: str | None = None) -> ToolCall:
     """Poll the call until it settles (or leaves `until_changed_from`), at most `seconds`."""
     deadline = time.monotonic() + min(seconds, settings.GATEHOUSE_MAX_WAIT_SECONDS)
-    interval = 0.05
+    # Start short: an auto-approved call settles in tens of milliseconds, and a first
+    # sleep of 50 ms was most of its end-to-end latency (docs/benchmarks.md).
+    interval = 0.005
 
     def done() -> bool:
         if call.is_terminal:
@@ -248,7 +250,7 @@ def wait_for(call: ToolCall, seconds: float, *, until_changed_from: str | None =
         if not connection.in_atomic_block:
             connection.close()  # give the connection back to the pool while we sleep
         time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
-        interval = min(interval * 1.5, 0.5)
+        interval = min(interval * 1.3, 0.5)
         call.refresh_from_db()
     return call
 

@@ -78,12 +78,17 @@ INSTALLED_APPS = [
     "approvals",
     "demo",
 ]
+# `make bench` only: the bare insert endpoint and task Gatehouse is measured against (bench/bare).
+GATEHOUSE_BENCH_BARE = env_bool("GATEHOUSE_BENCH_BARE", False)
+if GATEHOUSE_BENCH_BARE:
+    INSTALLED_APPS.append("bench.bare")
 
+# Under ASGI, Django runs the middleware above the innermost sync-only one in a
+# single worker thread; every async-capable one below it costs thread hops per
+# request (~4 ms here, see docs/benchmarks.md). So the sync-only ones come last.
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "approvals.middleware.ApiBodyLimitMiddleware",
-    "approvals.middleware.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -91,6 +96,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "approvals.middleware.ApiBodyLimitMiddleware",
+    "approvals.middleware.DatabaseUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"

@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 
@@ -13,3 +14,6 @@ urlpatterns = [
     path("audit/", include("audit.urls")),
     path("", include("approvals.urls")),
 ]
+
+if settings.GATEHOUSE_BENCH_BARE:  # `make bench` only: the bare endpoint Gatehouse is measured against
+    urlpatterns.insert(0, path("bench/", include("bench.bare.urls")))

@@ -1,0 +1,1 @@
+"""`make bench`: Gatehouse measured against a bare Django endpoint and a bare Celery task, side by side."""

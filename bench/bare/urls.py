@@ -1,0 +1,9 @@
+"""Mounted at /bench/ by config.urls when GATEHOUSE_BENCH_BARE=1."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from bench.bare import views
+
+urlpatterns = [path("insert", views.insert, name="bench-bare-insert")]

@@ -1,0 +1,100 @@
+"""Scenario 2: an auto-approved call from proposal to `succeeded`, beside a bare POST and a bare Celery round trip."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import httpx
+
+from bench.ingest import TIER0_ARGUMENTS
+from bench.settings import BenchSettings
+from bench.stats import Spread, percentile
+
+POLL_SECONDS = 0.0005
+
+
+@dataclass
+class E2EResults:
+    """Latency samples (ms) per run for each of the three measurements."""
+
+    gatehouse: list[list[float]] = field(default_factory=list)
+    bare_post: list[list[float]] = field(default_factory=list)
+    bare_celery: list[list[float]] = field(default_factory=list)
+
+    def spread(self, name: str, pct: float) -> Spread:
+        return Spread.of([percentile(samples, pct) for samples in getattr(self, name)])
+
+    def ratio(self) -> Spread:
+        """Return, run by run, Gatehouse's p50 over (bare POST p50 + bare Celery round-trip p50)."""
+        ratios = [
+            percentile(mine, 50) / (percentile(post, 50) + percentile(celery, 50))
+            for mine, post, celery in zip(self.gatehouse, self.bare_post, self.bare_celery, strict=True)
+        ]
+        return Spread.of(ratios)
+
+
+def _timed(action: object) -> float:
+    started = time.perf_counter()
+    action()  # type: ignore[operator]
+    return (time.perf_counter() - started) * 1000
+
+
+def gatehouse_round_trip(client: httpx.Client, token: str) -> None:
+    """Propose a tier-0 call and wait (long poll) until it has run and been verified."""
+    body = {"tool": "search_seats", "arguments": TIER0_ARGUMENTS, "idempotency_key": f"e2e-{uuid.uuid4().hex}"}
+    response = client.post("/api/v1/tool-calls?wait=10", json=body, headers={"Authorization": f"Bearer {token}"})
+    status = response.json().get("status")
+    if response.status_code != 201 or status != "succeeded":
+        raise RuntimeError(f"auto-approved call ended {response.status_code} {status}: {response.text[:300]}")
+
+
+def bare_post(client: httpx.Client) -> None:
+    """POST the same kind of body to the bare insert endpoint."""
+    body = {"tool": "search_seats", "arguments": TIER0_ARGUMENTS, "idempotency_key": f"e2e-{uuid.uuid4().hex}"}
+    if client.post("/bench/insert", json=body).status_code != 201:
+        raise RuntimeError("the bare endpoint did not answer 201")
+
+
+def bare_celery_round_trip() -> float:
+    """Enqueue the bare task for a fresh row and poll until the worker marked it; return ms."""
+    from django.db import connection
+
+    from bench.bare.models import BareRow
+    from config.celery import app
+
+    row = BareRow.objects.create(key=f"celery-{uuid.uuid4().hex}", payload={})
+    started = time.perf_counter()
+    app.send_task("bench.bare.touch", kwargs={"row_id": row.pk})
+    with connection.cursor() as cursor:
+        while True:
+            cursor.execute("SELECT done_at IS NOT NULL FROM bench_bare_barerow WHERE id = %s", [row.pk])
+            if cursor.fetchone()[0]:
+                return (time.perf_counter() - started) * 1000
+            if time.perf_counter() - started > 30:
+                raise RuntimeError("the worker did not run the bare task within 30 s")
+            time.sleep(POLL_SECONDS)
+
+
+def measure(settings: BenchSettings, tokens: dict[str, str], log: object = print) -> E2EResults:
+    """Measure the three latencies sequentially (one client), `settings.runs` times, interleaved."""
+    results = E2EResults()
+    token = tokens["box-office-agent"]
+    with httpx.Client(base_url=settings.base_url, timeout=30) as client:
+        for _ in range(5):  # warm: connections, producer pool, compiled validators
+            gatehouse_round_trip(client, token)
+            bare_post(client)
+            bare_celery_round_trip()
+        for run in range(1, settings.runs + 1):
+            results.gatehouse.append(
+                [_timed(lambda: gatehouse_round_trip(client, token)) for _ in range(settings.e2e_calls)]
+            )
+            results.bare_post.append([_timed(lambda: bare_post(client)) for _ in range(settings.e2e_calls * 2)])
+            results.bare_celery.append([bare_celery_round_trip() for _ in range(settings.e2e_calls * 2)])
+            log(
+                f"  e2e run {run}: gatehouse p50 {percentile(results.gatehouse[-1], 50):.1f} ms, "
+                f"bare POST p50 {percentile(results.bare_post[-1], 50):.1f} ms, "
+                f"bare Celery p50 {percentile(results.bare_celery[-1], 50):.1f} ms"
+            )
+    return results

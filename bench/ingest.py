@@ -1,0 +1,148 @@
+"""Scenario 1: POST /api/v1/tool-calls under load, beside the bare insert endpoint, same server."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+from bench import wrk
+from bench.settings import BenchSettings
+from bench.stack import drain_queue
+from bench.stats import Spread
+
+CONCURRENCIES = (8, 32)
+# A R$250 refund: above the R$200 autonomy, so tier 2 — held for a reviewer, nothing executes.
+TIER2_ARGUMENTS = {"pedido_id": "PED-00000001", "valor_centavos": 25000, "motivo": "atraso_entrega"}
+# A seat search: tier 0, approved at once, executed by the worker.
+TIER0_ARGUMENTS = {"event_id": "show-sabado", "quantity": 2, "max_price_brl": 300}
+
+
+def proposal(tool: str, arguments: dict[str, object]) -> str:
+    """Return a proposal body whose idempotency key wrk fills in per request."""
+    return json.dumps({"tool": tool, "arguments": arguments, "idempotency_key": wrk.KEY_PLACEHOLDER})
+
+
+def targets(tokens: dict[str, str]) -> dict[str, wrk.Target]:
+    """Return the three endpoints measured side by side: bare insert, tier-2 and tier-0 proposals."""
+    json_header = {"Content-Type": "application/json"}
+
+    def api(agent: str) -> dict[str, str]:
+        return {**json_header, "Authorization": f"Bearer {tokens[agent]}"}
+
+    return {
+        "bare": wrk.Target("POST", "/bench/insert", json_header, proposal("emitir_estorno", TIER2_ARGUMENTS)),
+        "tier2": wrk.Target(
+            "POST", "/api/v1/tool-calls", api("support-agent"), proposal("emitir_estorno", TIER2_ARGUMENTS)
+        ),
+        "tier0": wrk.Target(
+            "POST", "/api/v1/tool-calls", api("box-office-agent"), proposal("search_seats", TIER0_ARGUMENTS)
+        ),
+    }
+
+
+@dataclass
+class IngestResults:
+    """Every run of every (endpoint, concurrency), in run order."""
+
+    runs: dict[tuple[str, int], list[wrk.LoadResult]] = field(default_factory=dict)
+    stored: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+    lock_waits: dict[tuple[str, int], list[float]] = field(default_factory=dict)
+    drained: list[int] = field(default_factory=list)
+
+    def add(self, name: str, connections: int, result: wrk.LoadResult, stored: int, lock_waits: float) -> None:
+        self.runs.setdefault((name, connections), []).append(result)
+        self.stored.setdefault((name, connections), []).append(stored)
+        self.lock_waits.setdefault((name, connections), []).append(lock_waits)
+
+    def lost(self, name: str, connections: int) -> int:
+        """Return how many 2xx answers have no stored row (must be 0)."""
+        pairs = zip(self.runs[(name, connections)], self.stored[(name, connections)], strict=True)
+        return sum(max(0, run.requests - run.errors - stored) for run, stored in pairs)
+
+    def spread(self, name: str, connections: int, metric: str) -> Spread:
+        return Spread.of([getattr(r, metric) for r in self.runs[(name, connections)]])
+
+    def errors(self, name: str, connections: int) -> int:
+        return sum(r.errors for r in self.runs[(name, connections)])
+
+    def ratio(self, name: str, connections: int) -> Spread:
+        """Return `name`'s requests/s over the bare endpoint's, run by run."""
+        pairs = zip(self.runs[(name, connections)], self.runs[("bare", connections)], strict=True)
+        return Spread.of([mine.rps / bare.rps for mine, bare in pairs])
+
+
+def stored_rows(name: str, prefix: str) -> int:
+    """Return how many rows the run stored (a check that every 2xx really wrote)."""
+    from approvals.models import ToolCall
+    from bench.bare.models import BareRow
+
+    if name == "bare":
+        return BareRow.objects.filter(key__startswith=prefix + "-").count()
+    return ToolCall.objects.filter(idempotency_key__startswith=prefix + "-").count()
+
+
+LOCK_WAITERS_SQL = (
+    "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND wait_event_type = 'Lock' AND wait_event = 'advisory'"
+)
+
+
+@contextmanager
+def advisory_lock_waiters(settings: BenchSettings) -> Iterator[list[int]]:
+    """Sample, every 20 ms, how many sessions wait for an advisory lock (the audit chain's)."""
+    samples: list[int] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        with psycopg.connect(f"{settings.pg_admin_url}/postgres", autocommit=True) as conn:
+            while not stop.wait(0.02):
+                samples.append(conn.execute(LOCK_WAITERS_SQL, [settings.database]).fetchone()[0])
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield samples
+    finally:
+        stop.set()
+        thread.join()
+
+
+def measure(settings: BenchSettings, tokens: dict[str, str], workdir: Path, log: object = print) -> IngestResults:
+    """Warm up, then run every endpoint at every concurrency, interleaved, `settings.runs` times."""
+    endpoints = targets(tokens)
+    for name, target in endpoints.items():  # pools filled, validators compiled, workers warm
+        wrk.run(
+            settings.base_url, target, connections=32, seconds=settings.warmup, prefix=f"warm-{name}", workdir=workdir
+        )
+        drain_queue(settings)
+    results = IngestResults()
+    for run in range(1, settings.runs + 1):
+        for connections in CONCURRENCIES:
+            for name, target in endpoints.items():
+                prefix = f"r{run}-{name}-c{connections}-{uuid.uuid4().hex[:6]}"
+                with advisory_lock_waiters(settings) as waiters:
+                    result = wrk.run(
+                        settings.base_url,
+                        target,
+                        connections=connections,
+                        seconds=settings.duration,
+                        prefix=prefix,
+                        workdir=workdir,
+                    )
+                results.drained.append(drain_queue(settings))
+                waiting = sum(waiters) / len(waiters) if waiters else 0.0
+                results.add(name, connections, result, stored_rows(name, prefix), waiting)
+                log(
+                    f"  ingest run {run} c={connections:<2} {name:<5} {result.rps:8.1f} req/s  "
+                    f"p50 {result.p50_ms:6.1f} ms  p99 {result.p99_ms:6.1f} ms  errors {result.errors}  "
+                    f"chain-lock waiters {waiting:.2f}"
+                )
+                time.sleep(0.5)
+    return results

@@ -1,0 +1,93 @@
+"""Scenario 3: the reviewer queue `/` and the audit log `/audit/`, signed in as a reviewer.
+
+Response times come from wrk over HTTP (one reviewer, one connection); query
+counts from the same views run in this process under CaptureQueriesContext.
+Both are measured at two data sizes, to show the count does not grow with the data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from bench import wrk
+from bench.settings import BenchSettings
+from bench.stats import Spread
+
+PAGES = {"queue": "/", "audit log": "/audit/"}
+REVIEWER = "alice"
+
+
+@dataclass
+class PageResults:
+    """Per (page, data size label): wrk runs and the query count."""
+
+    runs: dict[tuple[str, str], list[wrk.LoadResult]] = field(default_factory=dict)
+    queries: dict[tuple[str, str], int] = field(default_factory=dict)
+    sizes: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def spread(self, page: str, size: str, metric: str) -> Spread:
+        return Spread.of([getattr(r, metric) for r in self.runs[(page, size)]])
+
+
+def reviewer_client() -> object:
+    """Return a Django test client signed in as the demo reviewer (a real session row)."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    client = Client()
+    client.force_login(get_user_model().objects.get(username=REVIEWER))
+    return client
+
+
+def count_queries(client: object, path: str) -> int:
+    """Return how many SQL queries one request of `path` runs (in this process)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(path)  # type: ignore[attr-defined]
+    if response.status_code != 200:
+        raise RuntimeError(f"{path} answered {response.status_code} to a signed-in reviewer")
+    return len(captured)
+
+
+def check_page(base_url: str, path: str, cookie: str) -> None:
+    """Fail unless `path` answers 200 over HTTP to the reviewer's session (not a login redirect)."""
+    response = httpx.get(base_url + path, headers={"Cookie": cookie}, follow_redirects=False, timeout=30)
+    if response.status_code != 200:
+        raise RuntimeError(f"{path} answered {response.status_code} over HTTP to the reviewer")
+
+
+def measure(
+    settings: BenchSettings, workdir: Path, size: str, results: PageResults, log: object = print
+) -> PageResults:
+    """Measure both pages at the current data size (labelled `size`)."""
+    from django.conf import settings as django_settings
+
+    from bench import dataset
+
+    results.sizes[size] = (dataset.pending_count(), dataset.event_count())
+    client = reviewer_client()
+    cookie = f"{django_settings.SESSION_COOKIE_NAME}={client.cookies[django_settings.SESSION_COOKIE_NAME].value}"  # type: ignore[attr-defined]
+    for page, path in PAGES.items():
+        check_page(settings.base_url, path, cookie)
+        results.queries[(page, size)] = count_queries(client, path)
+        target = wrk.Target("GET", path, {"Cookie": cookie})
+        for run in range(1, settings.runs + 1):
+            result = wrk.run(
+                settings.base_url,
+                target,
+                connections=1,
+                seconds=settings.page_duration,
+                prefix=f"page-{run}",
+                workdir=workdir,
+            )
+            results.runs.setdefault((page, size), []).append(result)
+            log(
+                f"  {page:<9} {size:<5} run {run}: p50 {result.p50_ms:6.1f} ms  p95 {result.p95_ms:6.1f} ms  "
+                f"queries {results.queries[(page, size)]}  errors {result.errors}"
+            )
+    return results
