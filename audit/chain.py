@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,7 +21,7 @@ from uuid import UUID
 import orjson
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
-from django.db.models import Expression, F, TextField
+from django.db.models import Expression, F, Max, Min, TextField
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 from django.utils import timezone
@@ -49,11 +50,14 @@ def _lock_chain() -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_CHAIN_LOCK_KEY])
 
 
-# Appends one event after the head in one statement, run right after taking the
-# chain lock: it reads the head, stamps the time and computes the hash in SQL, so
-# the lock is held for this statement and the COMMIT only. created_at is formatted
-# as Python's isoformat() of a UTC datetime (no fraction when it is zero).
-_APPEND_SQL = """
+# Takes the chain lock, then appends one event after the head. The two statements
+# go in one message (one round trip), and each gets its own snapshot, so the
+# append reads the head only once the lock is held. The append reads the head,
+# stamps the time and computes the hash in SQL, so the lock is held for this
+# message and the COMMIT only. created_at is formatted as Python's isoformat() of
+# a UTC datetime (no fraction when it is zero).
+_LOCK_AND_APPEND_SQL = """
+SELECT pg_advisory_xact_lock(%(lock_key)s);
 WITH head AS (SELECT seq, hash FROM audit_event ORDER BY seq DESC LIMIT 1),
 next AS (
     SELECT COALESCE((SELECT seq FROM head), 0) + 1 AS seq,
@@ -107,8 +111,9 @@ def _content(event: Event) -> tuple[Any, ...]:
 
 
 def _append(event: Event) -> None:
-    """Chain `event` after the head and insert it (the chain lock is held)."""
+    """Take the chain lock, chain `event` after the head and insert it."""
     if connection.vendor != "postgresql":
+        _lock_chain()
         head = Event.objects.order_by("-seq").values_list("seq", "hash").first()
         event.seq, event.prev_hash = (head[0] + 1, head[1]) if head else (1, GENESIS_HASH)
         event.created_at = timezone.now()
@@ -126,7 +131,8 @@ def _append(event: Event) -> None:
         "text_3": text_3,
     }
     with connection.cursor() as cursor:
-        cursor.execute(_APPEND_SQL, params)
+        cursor.execute(_LOCK_AND_APPEND_SQL, {"lock_key": _CHAIN_LOCK_KEY, **params})
+        cursor.nextset()  # past the lock's result, to the append's RETURNING row
         event.pk, event.seq, event.created_at, event.prev_hash, event.hash = cursor.fetchone()
     event._state.adding = False
     event._state.db = connection.alias
@@ -159,7 +165,6 @@ def record(
         # Round-trip through JSON so the hash covers exactly what the database stores.
         data=json.loads(canonical_json(data or {})),
     )
-    _lock_chain()
     _append(event)
     return event
 
@@ -185,7 +190,6 @@ def iter_breaks(chunk_size: int = 10_000) -> Iterator[ChainBreak]:
     the exact canonical form only when that does not match, and timestamps skip
     the driver's timezone-aware loader (a third of the walk otherwise).
     """
-    expected_seq, prev_hash = 1, GENESIS_HASH
     columns = [
         name if name != "call_id" else "call_text" for name in HASHED_FIELDS if name not in ("created_at", "data")
     ]
@@ -194,7 +198,16 @@ def iter_breaks(chunk_size: int = 10_000) -> Iterator[ChainBreak]:
         .annotate(created_text=_created_at_column(), call_text=_call_id_column(), data_text=Cast("data", TextField()))
         .values_list("created_text", "data_text", *columns, "prev_hash", "hash")
     )
-    for created, data_text, seq, *rest, stored_prev, stored_hash in rows.iterator(chunk_size=chunk_size):
+    yield from _breaks(rows.iterator(chunk_size=chunk_size), 1, GENESIS_HASH, [])
+
+
+def _breaks(rows: Iterator[tuple[Any, ...]], expected_seq: int, prev_hash: str, tail: list) -> Iterator[ChainBreak]:
+    """Yield the breaks among `rows` (ordered by seq) after (`expected_seq` − 1, `prev_hash`).
+
+    When the rows run out, `tail` receives the last (seq, hash) walked.
+    """
+    seq = None
+    for created, data_text, seq, *rest, stored_prev, stored_hash in rows:
         if seq != expected_seq:
             yield ChainBreak(expected_seq, f"event #{expected_seq} is missing")
         if stored_prev != prev_hash:
@@ -203,6 +216,97 @@ def iter_breaks(chunk_size: int = 10_000) -> Iterator[ChainBreak]:
         if not _content_matches(hashed, data_text, stored_prev, stored_hash):
             yield ChainBreak(seq, "its content does not match its hash")
         expected_seq, prev_hash = seq + 1, stored_hash
+    if seq is not None:
+        tail.append((expected_seq - 1, prev_hash))
+
+
+# Below this many events the walk runs in this process (and this connection: it
+# sees the caller's uncommitted events, as the tests' do).
+PARALLEL_MIN_EVENTS = 200_000
+
+# One range of the chain, read by a walker process over its own connection.
+_RANGE_SQL = """
+SELECT to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'), data::text,
+       seq, actor_kind, actor_name, action, call_id::text, agent_name, tool_name, prev_hash, hash
+FROM audit_event WHERE seq >= %s AND seq <= %s ORDER BY seq
+"""
+
+
+@dataclass(frozen=True)
+class _RangeWalk:
+    """What one walker found in its range: its first row's (seq, prev_hash), its first break, its last (seq, hash)."""
+
+    head: tuple[int, str] | None
+    first_break: ChainBreak | None
+    tail: tuple[int, str] | None
+
+
+def _walk_range(connect_kwargs: dict[str, Any], low: int, high: int) -> _RangeWalk:
+    """Walk the events with low ≤ seq ≤ high (in a forked process, over a connection of its own).
+
+    Each event is checked against its own stored `prev_hash`, so a range verifies
+    on its own; only its first row's link to the range before it is left to
+    `parallel_first_break`, which compares the seams.
+    """
+    import psycopg
+
+    with psycopg.connect(**connect_kwargs) as conn, conn.transaction(), conn.cursor(name="audit_walk") as cursor:
+        cursor.itersize = 20_000
+        rows = iter(cursor.execute(_RANGE_SQL, (low, high)))
+        first = next(rows, None)
+        if first is None:
+            return _RangeWalk(None, None, None)
+        head = (first[2], first[-2])
+        tail: list[tuple[int, str]] = []
+        found = next(_breaks(_chain_first(first, rows), head[0], head[1], tail), None)
+        return _RangeWalk(head, found, tail[0] if tail else None)
+
+
+def _chain_first(first: tuple[Any, ...], rows: Iterator[tuple[Any, ...]]) -> Iterator[tuple[Any, ...]]:
+    yield first
+    yield from rows
+
+
+def _connect_kwargs() -> dict[str, Any]:
+    settings = connection.settings_dict
+    names = {"dbname": "NAME", "user": "USER", "password": "PASSWORD", "host": "HOST", "port": "PORT"}
+    kwargs: dict[str, Any] = {key: settings[name] for key, name in names.items() if settings.get(name)}
+    for option in ("sslmode", "sslrootcert", "sslcert", "sslkey", "options"):
+        if option in settings.get("OPTIONS", {}):
+            kwargs[option] = settings["OPTIONS"][option]
+    return kwargs
+
+
+def parallel_first_break(workers: int, low: int, high: int) -> ChainBreak | None:
+    """Return the first break of the chain's events low..high, walked in `workers` forked processes.
+
+    The ranges are walked independently; the seams are then checked in order
+    exactly as the sequential walk would check them (a missing event at the seam,
+    then the first row's link to the last hash before it), so the first break
+    named is the same.
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    step = -(-(high - low + 1) // workers)
+    bounds = [(start, min(start + step - 1, high)) for start in range(low, high + 1, step)]
+    kwargs = _connect_kwargs()
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=len(bounds), mp_context=context) as pool:
+        walks = list(pool.map(_walk_range, [kwargs] * len(bounds), *zip(*bounds, strict=True)))
+    last_seq, last_hash = 0, GENESIS_HASH
+    for walk in walks:
+        if walk.head is None:
+            continue
+        first_seq, first_prev = walk.head
+        if first_seq != last_seq + 1:
+            return ChainBreak(last_seq + 1, f"event #{last_seq + 1} is missing")
+        if first_prev != last_hash:
+            return ChainBreak(first_seq, "does not chain to the event before it")
+        if walk.first_break is not None:
+            return walk.first_break
+        last_seq, last_hash = walk.tail  # type: ignore[misc]
+    return None
 
 
 def _created_at_column() -> Expression:
@@ -239,6 +343,17 @@ def _content_matches(columns: tuple[Any, ...], data_text: str, prev_hash: str, s
     return event_hash(prev_hash, Event.fields_to_hash(*columns, json.loads(data_text))) == stored_hash
 
 
-def first_break() -> ChainBreak | None:
-    """Return the first place the chain fails to verify, or None if it is intact."""
+def first_break(workers: int | None = None, parallel_min: int = PARALLEL_MIN_EVENTS) -> ChainBreak | None:
+    """Return the first place the chain fails to verify, or None if it is intact.
+
+    On PostgreSQL a chain of at least `parallel_min` events is walked in `workers`
+    processes (default: one per CPU) over disjoint ranges of `seq`; the answer is
+    the same as the sequential walk's (`parallel_first_break`).
+    """
+    workers = workers or os.cpu_count() or 1
+    if connection.vendor == "postgresql" and workers > 1 and not connection.in_atomic_block:
+        bounds = Event.objects.aggregate(low=Min("seq"), high=Max("seq"))
+        low, high = bounds["low"], bounds["high"]
+        if low is not None and high - low + 1 >= max(parallel_min, workers):
+            return parallel_first_break(workers, low, high)
     return next(iter_breaks(), None)

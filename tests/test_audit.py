@@ -99,3 +99,36 @@ def test_a_forged_checkpoint_is_refused() -> None:
     token = make_checkpoint()
     assert checkpoint_problems([token]) == []
     assert checkpoint_problems([token[:-2] + "xx"]) == ["checkpoint 1 has a bad signature"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("sql", "params", "expected"),
+    [
+        (None, [], None),
+        ("UPDATE audit_event SET data = %s WHERE seq = 7", ['{"n": 999}'], (7, "its content does not match its hash")),
+        ("UPDATE audit_event SET data = %s WHERE seq = 2", ['{"n": 999}'], (2, "its content does not match its hash")),
+        ("DELETE FROM audit_event WHERE seq = 5", [], (5, "event #5 is missing")),  # the seam of 2 × 4 events
+        ("DELETE FROM audit_event WHERE seq = 1", [], (1, "event #1 is missing")),
+        ("DELETE FROM audit_event WHERE seq = 8", [], None),  # a cut-off tail: checkpoints find it
+        (
+            "UPDATE audit_event SET prev_hash = %s WHERE seq = 5",
+            ["f" * 64],
+            (5, "does not chain to the event before it"),
+        ),
+    ],
+)
+def test_the_parallel_walk_names_the_same_first_break(sql: str | None, params: list[object], expected) -> None:
+    from audit.chain import iter_breaks
+
+    write_events(8)
+    if sql is not None:
+        with transaction.atomic():
+            tamper(sql, params)
+    sequential = next(iter_breaks(), None)
+    parallel = first_break(workers=2, parallel_min=1)
+    assert parallel == sequential
+    assert (None if parallel is None else (parallel.seq, parallel.reason)) == expected
+    if expected is not None:
+        with pytest.raises(CommandError, match=f"event #{expected[0]}: "):
+            call_command("audit_verify")

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from audit.chain import iter_breaks
+from audit.chain import first_break
 from audit.checkpoints import checkpoint_problems
 from audit.models import Event
 
@@ -20,7 +20,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         started = time.perf_counter()
-        broken = next(iter_breaks(), None)
+        broken = first_break()
         if broken is not None:
             raise CommandError(f"audit chain broken at event #{broken.seq}: {broken.reason}")
         if options["checkpoints"]:
