@@ -16,11 +16,13 @@ tool's arguments (which stay exactly the tool's schema):
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, ParamSpec, TypeVar
 
 import mcp.types as types
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import close_old_connections
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
@@ -36,6 +38,28 @@ from toolcatalog.models import Tool
 from toolcatalog.schema import argument_errors, compile_validator
 
 log = logging.getLogger(__name__)
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def orm_work(function: Callable[P, R]) -> Callable[P, Awaitable[R]]:
+    """Run `function` in a worker thread as one unit of database work, like a Django request.
+
+    The SDK runs handlers in its own tasks, outside the request's thread-sensitive
+    context, so Django's request signals never close these threads' connections:
+    done here instead, before (a connection broken meanwhile is replaced) and after
+    (it goes back to the pool).
+    """
+
+    def unit(*args: P.args, **kwargs: P.kwargs) -> R:
+        close_old_connections()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            close_old_connections()
+
+    return sync_to_async(unit)
+
 
 AGENT_SCOPE_KEY = "gatehouse.agent"
 ENVELOPE_FIELDS = ("idempotency_key", "conversation_id", "step", "call_index", "justification")
@@ -190,9 +214,9 @@ async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolR
     agent = request_agent(ctx)
     try:
         if params.name == STATUS_TOOL:
-            return call_result(await sync_to_async(call_status)(agent, params.arguments or {}))
+            return call_result(await orm_work(call_status)(agent, params.arguments or {}))
         proposal, wait = proposal_from(params)
-        body, replayed = await sync_to_async(propose_and_wait)(agent, proposal, wait)
+        body, replayed = await orm_work(propose_and_wait)(agent, proposal, wait)
     except ApiError as error:
         return error_result(error)
     except Exception:  # a bug or an outage must not leak internals to the model
@@ -206,7 +230,7 @@ async def list_tools(
 ) -> types.ListToolsResult:
     """Serve tools/list: only what this agent was granted (a tool it cannot see, it cannot misuse)."""
     agent = request_agent(ctx)
-    return types.ListToolsResult(tools=await sync_to_async(visible_tools)(agent))
+    return types.ListToolsResult(tools=await orm_work(visible_tools)(agent))
 
 
 def build_server() -> Server[Any]:
