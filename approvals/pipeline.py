@@ -6,29 +6,25 @@ event, in one transaction. The decision itself is `toolcatalog.policy.evaluate()
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import json
 import re
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any, NoReturn
 
-from django.db import IntegrityError, connection, models, transaction
-from django.db.models import Exists, OuterRef, Subquery
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agents.breakers import record_failure, record_success
-from agents.models import Agent, CircuitBreaker, Grant, instance_from_row
+from agents.grants import find_grant
+from agents.models import Agent, Grant
 from approvals import execution
 from approvals.errors import ApiError
 from approvals.jsonbody import nul_fields
 from approvals.models import Status, ToolCall
 from audit.chain import canonical_json, record_alone
 from audit.models import ActorKind
-from toolcatalog.models import RiskTier, Tool
 from toolcatalog.policies import policy_for
-from toolcatalog.policy import Outcome, TierSpec, Verdict, evaluate
+from toolcatalog.policy import Outcome, Verdict, evaluate
 
 HEX32 = re.compile(r"^[a-f0-9]{32}$")
 
@@ -108,7 +104,7 @@ def resolve_grant(agent: Agent, tool_name: str) -> Grant:
     with the current risk tiers as `tier_specs`, so the hot path pays no extra
     query for either.
     """
-    grant = _grant_row(agent, tool_name) if connection.vendor == "postgresql" else _grant_orm(agent, tool_name)
+    grant = find_grant(agent, tool_name)
     if grant is None:
         record_alone(
             "call.refused",
@@ -120,69 +116,9 @@ def resolve_grant(agent: Agent, tool_name: str) -> Grant:
         # The same body whether the tool does not exist or is not granted: existence is not revealed.
         raise ApiError(
             "unknown_or_not_permitted_tool",
-            "No tool by that name is available to this agent. GET /api/v1/tools lists the tools it may use.",
+            "No tool by that name is available to this agent. "
+            "List the tools it may use (GET /api/v1/tools, or tools/list over MCP).",
         )
-    return grant
-
-
-def _grant_orm(agent: Agent, tool_name: str) -> Grant | None:
-    breakers = CircuitBreaker.objects.filter(agent=OuterRef("agent"), tool=OuterRef("tool"))
-    return (
-        Grant.objects.select_related("tool__base_tier")
-        .annotate(
-            breaker_open=Exists(breakers.filter(opened_at__isnull=False)),
-            breaker_failures=Subquery(breakers.values("consecutive_failures")[:1]),
-        )
-        .filter(agent=agent, tool__name=tool_name, tool__enabled=True)
-        .first()
-    )
-
-
-@functools.cache
-def _grant_sql() -> str:
-    """Return the one statement that reads the grant, its tool, the tool's base tier, its breaker and all tiers.
-
-    The ORM query it replaces (`_grant_orm`, still used on SQLite) cost ~2 ms of
-    Python to compile per proposal, and the tiers a second round trip.
-    """
-
-    def columns(model: type[models.Model], alias: str) -> str:
-        return ", ".join(f'{alias}."{field.column}"' for field in model._meta.concrete_fields)
-
-    breaker = "FROM agents_circuitbreaker b WHERE b.agent_id = g.agent_id AND b.tool_id = g.tool_id"
-    # Column names come from the models' metadata; the values are bound as parameters.
-    return f"""
-SELECT {columns(Grant, "g")}, {columns(Tool, "t")}, {columns(RiskTier, "bt")},
-       EXISTS(SELECT 1 {breaker} AND b.opened_at IS NOT NULL),
-       (SELECT b.consecutive_failures {breaker} LIMIT 1),
-       (SELECT json_agg(json_build_array(r.level, r.name, r.requires_approval, r.approvals_required,
-                                         extract(epoch FROM r.approval_window)))::text
-        FROM toolcatalog_risktier r)
-FROM agents_grant g
-JOIN toolcatalog_tool t ON t.id = g.tool_id
-JOIN toolcatalog_risktier bt ON bt.id = t.base_tier_id
-WHERE g.agent_id = %s AND t.name = %s AND t.enabled
-LIMIT 1
-"""  # noqa: S608
-
-
-def _grant_row(agent: Agent, tool_name: str) -> Grant | None:
-    with connection.cursor() as cursor:
-        cursor.execute(_grant_sql(), [agent.pk, tool_name])
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    sizes = [len(model._meta.concrete_fields) for model in (Grant, Tool, RiskTier)]
-    grant = instance_from_row(Grant, row[: sizes[0]])
-    tool = instance_from_row(Tool, row[sizes[0] : sizes[0] + sizes[1]])
-    tool.base_tier = instance_from_row(RiskTier, row[sizes[0] + sizes[1] : sum(sizes)])
-    grant.tool = tool
-    grant.agent = agent
-    grant.breaker_open, grant.breaker_failures, tiers = row[sum(sizes) :]
-    grant.tier_specs = {
-        level: TierSpec(level, name, requires, required, timedelta(seconds=float(window)))
-        for level, name, requires, required, window in json.loads(tiers or "[]")
-    }
     return grant
 
 

@@ -15,19 +15,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 COPY_BATCH = 20_000
-EVENT_COLUMNS = (
-    "seq",
-    "created_at",
-    "actor_kind",
-    "actor_name",
-    "action",
-    "call_id",
-    "agent_name",
-    "tool_name",
-    "data",
-    "prev_hash",
-    "hash",
-)
 
 PENDING_SQL = """
 INSERT INTO approvals_toolcall (
@@ -163,6 +150,9 @@ def top_up_events(total: int) -> int:
     from django.db import connection, transaction
 
     from audit.chain import _CHAIN_LOCK_KEY, GENESIS_HASH
+    from audit.models import HASHED_FIELDS
+
+    columns = ", ".join((*HASHED_FIELDS, "prev_hash", "hash"))  # the order event_rows() yields
 
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_CHAIN_LOCK_KEY])  # no writer chains meanwhile
@@ -172,7 +162,7 @@ def top_up_events(total: int) -> int:
         if missing <= 0:
             return 0
         rows = event_rows(head[0], head[1], head[2].astimezone(UTC), missing)
-        with cursor.cursor.copy(f"COPY audit_event ({', '.join(EVENT_COLUMNS)}) FROM STDIN") as copy:
+        with cursor.cursor.copy(f"COPY audit_event ({columns}) FROM STDIN") as copy:
             batch: list[str] = []
             for row in rows:
                 batch.append(_copy_line(row))
