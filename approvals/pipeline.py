@@ -76,7 +76,7 @@ def resolve_key(proposal: Proposal) -> str | None:
     return arg_key if isinstance(arg_key, str) and arg_key else None
 
 
-def downstream_key(key: str) -> str:
+def argument_key(key: str) -> str:
     """Return `key` in the 32-lowercase-hex form tools' own `idempotency_key` arguments take."""
     return key if HEX32.match(key) else sha256_hex(key)[:32]
 
@@ -87,8 +87,8 @@ def fill_tool_key(grant: Grant, arguments: dict[str, Any], key: str | None) -> d
         return arguments
     given = arguments.get("idempotency_key")
     if given is None:
-        return {**arguments, "idempotency_key": downstream_key(key)}
-    if given not in (key, downstream_key(key)):
+        return {**arguments, "idempotency_key": argument_key(key)}
+    if given not in (key, argument_key(key)):
         raise ApiError(
             "invalid_arguments",
             "arguments.idempotency_key and the request's idempotency key disagree: send one, or the same in both.",
