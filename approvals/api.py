@@ -7,12 +7,10 @@ through `approvals.errors`, in the one documented shape.
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from typing import Annotated, Any
 
-from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import Field, NinjaAPI, Query, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -28,6 +26,7 @@ from approvals.middleware import database_unavailable
 from approvals.models import ToolCall
 from approvals.pipeline import Proposal, propose
 from approvals.serializers import call_body, tool_body
+from approvals.watch import wait_for
 from toolcatalog.models import Tool
 
 log = logging.getLogger(__name__)
@@ -231,28 +230,6 @@ def _json(body: dict[str, Any], status: int, replayed: bool = False) -> JsonResp
     if replayed:
         response["Idempotent-Replayed"] = "true"
     return response
-
-
-def wait_for(call: ToolCall, seconds: float, *, until_changed_from: str | None = None) -> ToolCall:
-    """Poll the call until it settles (or leaves `until_changed_from`), at most `seconds`."""
-    deadline = time.monotonic() + min(seconds, settings.GATEHOUSE_MAX_WAIT_SECONDS)
-    # Start short: an auto-approved call settles in tens of milliseconds, and a first
-    # sleep of 50 ms was most of its end-to-end latency (docs/benchmarks.md).
-    interval = 0.005
-
-    def done() -> bool:
-        if call.is_terminal:
-            return True
-        # A call waiting for a person is settled once its preview (computed by a worker) is there.
-        return call.is_settled and call.status != until_changed_from and call.preview is not None
-
-    while not done() and time.monotonic() < deadline:
-        if not connection.in_atomic_block:
-            connection.close()  # give the connection back to the pool while we sleep
-        time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
-        interval = min(interval * 1.3, 0.5)
-        call.refresh_from_db()
-    return call
 
 
 @api.get(

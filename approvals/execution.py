@@ -47,13 +47,6 @@ def enqueue(call_id: str, countdown: float | None = None) -> bool:
     return _send(execute_call, call_id, countdown)
 
 
-def enqueue_preview(call_id: str) -> bool:
-    """Send the task that computes a pending call's preview; False if the broker is unreachable."""
-    from approvals.tasks import compute_preview
-
-    return _send(compute_preview, call_id)
-
-
 def _send(task: Any, call_id: str, countdown: float | None = None) -> bool:
     try:
         with _fail_fast_producers(task.app).acquire(block=True, timeout=2) as producer:
@@ -81,16 +74,6 @@ def enqueue_on_commit(call: ToolCall) -> None:
     transaction.on_commit(lambda: enqueue(call_id))
 
 
-def preview_on_commit(call: ToolCall) -> None:
-    """Have a worker compute the call's preview once the current transaction commits.
-
-    The dry run asks the downstream system, which takes a round trip: the agent's
-    proposal does not wait for it (a reviewer's page shows it when it arrives).
-    """
-    call_id = str(call.pk)
-    transaction.on_commit(lambda: enqueue_preview(call_id))
-
-
 # ------------------------------------------------------------------ contexts
 
 
@@ -107,6 +90,8 @@ def resource_of(tool: Tool, arguments: dict[str, Any]) -> str | None:
 
 def approval_ref(call: ToolCall) -> str:
     """Return what the call's permission to run rests on: the approving decisions, or the policy."""
+    if call.approvals_required == 0:  # approved by its tier's policy when proposed: no decision to look up
+        return f"policy:tier-{call.risk_tier}"
     ids = list(
         call.decisions.filter(
             kind=DecisionKind.APPROVE, arguments_hash=call.arguments_hash, tool_version=call.tool_version
@@ -174,19 +159,18 @@ def preview_arguments(tool: Tool, agent: Agent, arguments: dict[str, Any]) -> di
 
 
 def attach_preview(call: ToolCall) -> None:
-    """Compute and store the dry-run preview a reviewer will read (outside any transaction)."""
+    """Compute the dry-run preview a reviewer reads (outside any transaction); store it if it worked.
+
+    Previews are asked for when a reviewer first opens the call, not at proposal:
+    the "before" is then the resource as it is when someone decides, and a call
+    nobody looks at before it expires costs the downstream nothing. A failed dry
+    run is shown but not stored, so the next look asks again.
+    """
     call.preview = preview_arguments(call.tool, call.agent, call.arguments)
+    if "error" in call.preview:
+        return
     # Only for the arguments it was computed from: a reviewer's edit brings its own preview.
     ToolCall.objects.filter(pk=call.pk, arguments_hash=call.arguments_hash).update(preview=call.preview)
-
-
-def compute_preview(call_id: str) -> bool:
-    """Store the preview of a pending call that has none yet; return whether one was stored."""
-    call = ToolCall.objects.select_related("tool", "agent").filter(pk=call_id).first()
-    if call is None or call.status != Status.PENDING_APPROVAL or call.preview is not None:
-        return False
-    attach_preview(call)
-    return True
 
 
 # ------------------------------------------------------------------ one attempt
@@ -225,8 +209,8 @@ def send_back_for_approval(call: ToolCall) -> None:
     verdict = evaluate(policy_for(call.tool), grant, call.arguments)
     if verdict.refused:
         call.refuse_on_recheck(ApiError.from_verdict(verdict).body())
-    elif call.return_for_approval(verdict, call.tool.version):
-        attach_preview(call)
+    else:
+        call.return_for_approval(verdict, call.tool.version)  # its preview is asked for when a reviewer looks
 
 
 def run_attempt(call: ToolCall) -> Attempt:
@@ -260,10 +244,19 @@ def record(call: ToolCall, attempt: Attempt) -> None:
 
 def _verify(call: ToolCall, result: dict[str, Any]) -> Verification:
     """Read the downstream back with a fresh read-only credential (outside any transaction, as above)."""
+    if is_read(call):
+        # A read has no effect to confirm: its answer is the observation, and a second
+        # round trip to ask "did the read happen?" would only add latency.
+        return Verification(confirmed=True, observed={}, detail="A read: there is no effect to confirm.")
     try:
         return executor_for(call.tool).verify(context_for(call, Scope.VERIFY), result)
     except ExecutorError as exc:
         return Verification(confirmed=False, observed={}, detail=f"Verification could not run: {exc}")
+
+
+def is_read(call: ToolCall) -> bool:
+    """Return whether the call only reads: a tool declared read-only, classified at the read tier (0)."""
+    return call.tool.read_only_hint and call.risk_tier == 0
 
 
 def backoff(attempt: int) -> float:
@@ -298,16 +291,7 @@ def sweep(now: datetime | None = None) -> dict[str, int]:
         "expired": expire_pending(now),
         "leases_released": release_expired_leases(now),
         "requeued": requeue_unclaimed(now),
-        "previews_requested": request_missing_previews(now),
     }
-
-
-def request_missing_previews(now: datetime) -> int:
-    """Ask again for previews of pending calls whose request was lost; return how many."""
-    calls = ToolCall.objects.filter(
-        status=Status.PENDING_APPROVAL, preview__isnull=True, created_at__lte=now - UNCLAIMED_GRACE
-    ).values_list("pk", flat=True)
-    return sum(enqueue_preview(str(pk)) for pk in calls[:SWEEP_BATCH])
 
 
 def expire_pending(now: datetime) -> int:

@@ -247,12 +247,10 @@ def _insert(call: ToolCall, verdict: Verdict) -> ToolCall | None:
         call.approved_tool_version = call.tool_version
     try:
         with transaction.atomic():
-            call.save(force_insert=True)
+            call.insert()
             call.audit("call.proposed", actor=(ActorKind.AGENT, call.agent.name), data=_proposed_data(call))
             if call.status == Status.APPROVED:
                 execution.enqueue_on_commit(call)
-            else:
-                execution.preview_on_commit(call)
     except IntegrityError:
         if call.idempotency_key is None:
             raise

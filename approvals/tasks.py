@@ -25,12 +25,6 @@ def execute_call(*, call_id: str) -> None:
     execution.record(call, attempt)  # → verify → succeeded / needs_reconciliation, or retry / failed
 
 
-@shared_task(name="approvals.tasks.compute_preview", ignore_result=True)
-def compute_preview(*, call_id: str) -> None:
-    """Store a pending call's dry-run preview for the reviewer (a duplicate does nothing)."""
-    execution.compute_preview(call_id)
-
-
 @shared_task(name="approvals.tasks.sweep", ignore_result=True)
 def sweep() -> dict[str, int]:
     """Expire stale approvals, take back vanished attempts, re-send lost ones; return the counts."""

@@ -16,6 +16,7 @@ urlpatterns = [
     path("breakers/<int:pk>/reset/", overview.reset_breaker, name="reset_breaker"),
     path("calls/<uuid:pk>/", calls.call_detail, name="call"),
     path("calls/<uuid:pk>/live/", calls.call_live, name="call_live"),
+    path("calls/<uuid:pk>/preview/", calls.call_preview, name="call_preview"),
     path("calls/<uuid:pk>/approve/", decisions.approve, name="approve"),
     path("calls/<uuid:pk>/reject/", decisions.reject, name="reject"),
     path("calls/<uuid:pk>/edit/", decisions.edit, name="edit"),

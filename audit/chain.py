@@ -50,14 +50,13 @@ def _lock_chain() -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_CHAIN_LOCK_KEY])
 
 
-# Takes the chain lock, then appends one event after the head. The two statements
-# go in one message (one round trip), and each gets its own snapshot, so the
-# append reads the head only once the lock is held. The append reads the head,
+# Appends one event after the head, once the chain lock is held (_lock_chain):
+# the two statements are pipelined (one round trip), and each gets its own
+# snapshot, so the append reads the head only once the lock is held. The append reads the head,
 # stamps the time and computes the hash in SQL, so the lock is held for this
 # message and the COMMIT only. created_at is formatted as Python's isoformat() of
 # a UTC datetime (no fraction when it is zero).
-_LOCK_AND_APPEND_SQL = """
-SELECT pg_advisory_xact_lock(%(lock_key)s);
+_APPEND_SQL = """
 WITH head AS (SELECT seq, hash FROM audit_event ORDER BY seq DESC LIMIT 1),
 next AS (
     SELECT COALESCE((SELECT seq FROM head), 0) + 1 AS seq,
@@ -74,7 +73,7 @@ stamped AS (
 )
 INSERT INTO audit_event
     (seq, created_at, actor_kind, actor_name, action, call_id, agent_name, tool_name, data, prev_hash, hash)
-SELECT seq, at, %(actor_kind)s, %(actor_name)s, %(action)s, %(call_id)s, %(agent_name)s, %(tool_name)s,
+SELECT seq, at, %(actor_kind)s, %(actor_name)s, %(action)s, %(call_id)s::uuid, %(agent_name)s, %(tool_name)s,
        %(data)s::jsonb, prev_hash,
        encode(sha256(convert_to(
            prev_hash || %(text_1)s || at_text || %(text_2)s || seq::text || %(text_3)s, 'UTF8'
@@ -131,8 +130,10 @@ def _append(event: Event) -> None:
         "text_3": text_3,
     }
     with connection.cursor() as cursor:
-        cursor.execute(_LOCK_AND_APPEND_SQL, {"lock_key": _CHAIN_LOCK_KEY, **params})
-        cursor.nextset()  # past the lock's result, to the append's RETURNING row
+        # Errors surface when the pipeline syncs, outside Django's cursor: wrap them as it would.
+        with connection.wrap_database_errors, connection.connection.pipeline():
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_CHAIN_LOCK_KEY])
+            cursor.execute(_APPEND_SQL, params)
         event.pk, event.seq, event.created_at, event.prev_hash, event.hash = cursor.fetchone()
     event._state.adding = False
     event._state.db = connection.alias

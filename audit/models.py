@@ -39,17 +39,27 @@ class Event(models.Model):
     created_at = models.DateTimeField(db_index=True)
     actor_kind = models.CharField(max_length=16, choices=ActorKind.choices)
     actor_name = models.CharField(max_length=150)
-    action = models.CharField(max_length=64, db_index=True)
-    call_id = models.UUIDField(null=True, blank=True, db_index=True)
-    agent_name = models.CharField(max_length=150, blank=True, db_index=True)
-    tool_name = models.CharField(max_length=100, blank=True, db_index=True)
+    action = models.CharField(max_length=64)
+    call_id = models.UUIDField(null=True, blank=True)
+    agent_name = models.CharField(max_length=150, blank=True)
+    tool_name = models.CharField(max_length=100, blank=True)
     data = models.JSONField(default=dict, blank=True)
     prev_hash = models.CharField(max_length=64)
-    hash = models.CharField(max_length=64, unique=True)
+    # Not unique-indexed: seq is, and each hash covers its seq and the one before, so two
+    # equal hashes would be a SHA-256 collision; the index cost every append a random insert.
+    hash = models.CharField(max_length=64)
 
     class Meta:
         ordering = ["-seq"]
-        indexes = [models.Index(fields=["call_id", "seq"], name="audit_event_call_seq")]
+        # Every append updates every index under the chain lock: only what the audit
+        # log's filters and a call's timeline read. Plain btrees (db_index on a
+        # CharField would add a LIKE-pattern twin on PostgreSQL that nothing uses).
+        indexes = [
+            models.Index(fields=["call_id", "seq"], name="audit_event_call_seq"),
+            models.Index(fields=["action"], name="audit_event_action"),
+            models.Index(fields=["agent_name"], name="audit_event_agent"),
+            models.Index(fields=["tool_name"], name="audit_event_tool"),
+        ]
 
     def __str__(self) -> str:
         return f"#{self.seq} {self.action} by {self.actor_kind}:{self.actor_name}"

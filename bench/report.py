@@ -56,8 +56,8 @@ def headline(r: Results) -> list[str]:
         "## Headline",
         "",
         f"On a {r.machine.cpus}-core machine, with PostgreSQL, Redis, the web server and the worker all on it, "
-        "taking a proposal through Gatehouse's governance (authenticate, validate, classify, store, audit-chain, "
-        "queue its preview) sustains "
+        "taking a proposal through Gatehouse's governance (authenticate, validate, classify, store, audit-chain) "
+        "sustains "
         + " and ".join(f"**{ratios[c].median:.2f}×** (concurrency {c})" for c in CONCURRENCIES)
         + " the requests/s of a bare Django endpoint that only parses the JSON and inserts one row, "
         f"with no errors (target ≥ {INGEST_TARGET}×). An auto-approved call — proposed, executed by the worker "
@@ -109,7 +109,7 @@ def setup_section(r: Results) -> list[str]:
         "`max_connections`.",
         "- `GATEHOUSE_RATE_LIMIT_PER_MINUTE=0`: the per-agent limit (1,200/min by default) would otherwise answer 429 "
         "to a load test from one agent.",
-        "- The demo downstream services (previews, executions, verifications) are this same server's "
+        "- The demo downstream services (executions, verifications) are this same server's "
         f"`/demo-services/`, via `GATEHOUSE_DEMO_SERVICES_URL={s.base_url}`.",
         "- `GATEHOUSE_BENCH_BARE=1` installs `bench.bare`: the bare endpoint `POST /bench/insert` (parse JSON, "
         "insert one row with a unique key, answer 201) and the bare task `bench.bare.touch` (update one row), served "
@@ -126,11 +126,11 @@ def ingest_section(r: Results) -> list[str]:
         "",
         f"wrk, {s.runs} runs × {s.duration:.0f} s per endpoint and concurrency, interleaved (bare, tier 2, tier 0 "
         f"one after the other in every run), after a {s.warmup:.0f} s warm-up of each. Every request carries its own "
-        "idempotency key. Tier 2: a R$250 refund by `support-agent` (held for a reviewer; nothing executes, a preview "
-        "task is queued for the worker). Tier 0: `search_seats` by `box-office-agent` (approved; an execution task is "
-        "queued). Bare: the same JSON body to `POST /bench/insert`. The worker runs throughout, so previews and "
-        "executions compete for the same two cores; what a run leaves queued is dropped before the next run so it "
-        "does not load it (drained between runs: "
+        "idempotency key. Tier 2: a R$250 refund by `support-agent` (held for a reviewer; nothing executes; its "
+        "dry-run preview is asked for when a reviewer opens it, so none is computed here). Tier 0: `search_seats` by "
+        "`box-office-agent` (approved; an execution task is queued). Bare: the same JSON body to `POST /bench/insert`. "
+        "The worker runs throughout, so executions compete for the same two cores; what a run leaves queued is "
+        "dropped before the next run so it does not load it (drained between runs: "
         f"{sum(r.ingest.drained):,} tasks in total).",
         "",
         "| endpoint | concurrency | requests/s | p50 ms | p99 ms | errors | ÷ bare (requests/s) "

@@ -133,7 +133,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
             "min_size": env_int("GATEHOUSE_DB_POOL_MIN", 2),
             "max_size": env_int("GATEHOUSE_DB_POOL_MAX", 20),
             "timeout": 10,
-        }
+        },
+        # Parameters travel apart from the SQL, so psycopg prepares a statement once
+        # it has run a few times on a connection: planning was most of PostgreSQL's
+        # time for the proposal's queries (docs/benchmarks.md).
+        "server_side_binding": True,
+        "prepare_threshold": 2,
     }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":

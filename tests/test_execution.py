@@ -28,6 +28,11 @@ def actions(call_id: str) -> list[str]:
     return list(Event.objects.filter(call_id=call_id).order_by("seq").values_list("action", flat=True))
 
 
+def observed(call_id: str) -> dict[str, Any]:
+    """Return what the call's verification recorded."""
+    return Event.objects.get(call_id=call_id, action="call.succeeded").data
+
+
 def settled(call_id: str, timeout: float = 20) -> ToolCall:
     """Wait until the call reaches a terminal state; return it."""
     return wait_until(lambda: ToolCall.objects.filter(pk=call_id, status__in=TERMINAL).first(), timeout=timeout)
@@ -72,11 +77,10 @@ def test_a_reviewer_approved_refund_runs_once_with_the_approval_in_its_credentia
     celery_worker: CeleryWorker, demo_services: str, agent_api: Any
 ) -> None:
     api = agent_api()
-    # ?wait returns once the call waits for a person with its preview (computed by the worker).
+    # ?wait returns at once: the call is settled, waiting for a person.
     call_id = api.propose(refund(35000, pedido="PED-00000005", idempotency_key="refund-big"), wait=15).json()["id"]
     call = ToolCall.objects.get(pk=call_id)
     assert call.status == "pending_approval"
-    assert call.preview["after"]["refunded_centavos"] == 35000  # the reviewer sees the effect before it happens
     assert not Refund.objects.exists()
 
     assert call.approve(reviewer())
@@ -203,6 +207,9 @@ def test_seats_are_searched_held_and_released_through_the_worker(
 
     assert found["status"] == "succeeded"
     assert len(found["result"]["options"]) <= 5
+    # A read has no effect to confirm: no second round trip; a hold is read back downstream.
+    assert observed(found["id"])["detail"] == "A read: there is no effect to confirm."
+    assert observed(held["id"])["observed"]["state"] == "active"
     assert held["status"] == "succeeded"
     assert released["status"] == "succeeded"
     assert released["result"]["state_before"] == "active"

@@ -181,7 +181,7 @@ def test_a_tool_changed_after_approval_goes_back_for_a_fresh_approval(
     assert call.approved_tool_version is None
     assert call.approval_count() == 0
     assert call.approvals_required == 1
-    assert call.preview["after"]["refunded_centavos"] == 35000
+    assert call.preview is None  # asked for again when a reviewer opens it
     assert "call.returned_for_approval" in actions(call_id)
     assert not Refund.objects.exists()
 
@@ -199,20 +199,3 @@ def test_a_tier_one_call_whose_tool_changed_still_needs_a_person(
     assert call.risk_tier == 1
     assert call.approvals_required == 1
     assert not Refund.objects.exists()
-
-
-def test_a_pending_calls_preview_is_computed_off_the_request_and_asked_for_again_if_lost(
-    sink_broker: RedisServer, demo_services: str, agent_api: Any
-) -> None:
-    api = agent_api()
-    sink_broker.stop()
-    response = api.propose(refund(35000, pedido="PED-00000005", idempotency_key="preview-lost"))
-    sink_broker.start()
-    call = ToolCall.objects.get(pk=response.json()["id"])
-    assert response.status_code == 202 and call.preview is None  # the proposal did not wait for a dry run
-    assert execution.sweep(now=later(6))["previews_requested"] == 1
-    assert sink_broker.queue_length() == 1
-    assert execution.compute_preview(str(call.pk))  # what the worker does with that message
-    call.refresh_from_db()
-    assert call.preview["after"]["refunded_centavos"] == 35000
-    assert not execution.compute_preview(str(call.pk))  # a duplicate message changes nothing

@@ -4,7 +4,7 @@ The handlers are adapters only. Listing shows the agent's granted, enabled tools
 (MCP shape from `approvals.serializers.tool_body`); calling builds a `Proposal`
 through the REST API's own envelope schema and hands it to
 `approvals.pipeline.propose` — the one pipeline — then reads the call back with
-the REST API's `wait_for` / `get_agent_call`. ORM work runs in a worker thread
+`approvals.watch.wait_for` and the REST API's `get_agent_call`. ORM work runs in a worker thread
 (`sync_to_async`), never on the event loop.
 
 Idempotency and conversation data travel in the request's `_meta`, not in the
@@ -28,12 +28,13 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from agents.models import Agent
-from approvals.api import ProposalIn, get_agent_call, wait_for
+from approvals.api import ProposalIn, get_agent_call
 from approvals.errors import ApiError
 from approvals.mcp.catalog import CatalogChanges
 from approvals.mcp.results import META_PREFIX, STATUS_TOOL, call_envelope_schema, call_result, error_result
 from approvals.pipeline import Proposal, propose
 from approvals.serializers import call_body, tool_body
+from approvals.watch import wait_for
 from toolcatalog.models import Tool
 from toolcatalog.schema import argument_errors, compile_validator
 

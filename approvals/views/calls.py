@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET
 from django_htmx.http import HttpResponseClientRefresh
 
 from approvals.duties import DecisionRefused, check_may_decide
+from approvals.execution import attach_preview
 from approvals.models import DecisionKind, Status, ToolCall
 from approvals.views.access import _get_call_for_reviewer, reviewer_required
 from approvals.views.present import argument_rows, diff_rows, seconds_until
@@ -123,6 +124,22 @@ def call_detail(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     """A call's page."""
     call = _get_call_for_reviewer(request, pk)
     return render(request, "approvals/call.html", call_context(call, request.user))
+
+
+@require_GET
+@reviewer_required
+def call_preview(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+    """The call's dry-run panel, asking the downstream for the preview if the call has none yet.
+
+    A GET with an effect only on our own cache of a read: the dry run changes nothing
+    downstream, and a second request (another reviewer, a reload) finds it stored.
+    """
+    call = _get_call_for_reviewer(request, pk)
+    if call.preview is None and call.status == Status.PENDING_APPROVAL:
+        attach_preview(call)
+    preview = call.preview or {}
+    context = {"call": call, "preview": preview, "preview_rows": preview_rows(preview)}
+    return render(request, "approvals/_preview_panel.html", context)
 
 
 @require_GET
