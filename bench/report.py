@@ -167,7 +167,8 @@ def e2e_section(r: Results) -> list[str]:
         "",
         f"One client, sequential, {s.runs} runs. Gatehouse: `POST /api/v1/tool-calls?wait=10` of a tier-0 "
         f"`search_seats` until it answers `succeeded` (proposal → queued → worker claims → scoped credential → "
-        f"downstream call → verification → succeeded), {s.e2e_calls} calls per run. Bare POST: the same body to "
+        f"downstream call → verification, which for a read is its own answer (findings, 14) → succeeded, the "
+        f"waiting request told through Redis), {s.e2e_calls} calls per run. Bare POST: the same body to "
         f"`/bench/insert`, {s.e2e_calls * 2} per run. Bare Celery round trip: insert a row, "
         "enqueue `bench.bare.touch` on "
         f"the same Redis broker, poll the row until the worker has updated it, {s.e2e_calls * 2} per run.",
