@@ -71,5 +71,6 @@ def test_a_failed_dry_run_is_shown_and_asked_again_next_time(
     panel = console("alice").get(f"/calls/{call.pk}/preview/", htmx=True).content.decode()
 
     assert "No preview:" in panel and "unreachable" in panel
+    assert f'hx-get="/calls/{call.pk}/preview/"' in panel and "Ask again" in panel  # no reload needed
     call.refresh_from_db()
     assert call.preview is None  # not stored: the next look asks again
