@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.utils import timezone
 
+from approvals.rows import compare_and_set
 from approvals.states import Status
 from audit.models import ActorKind
 
@@ -48,15 +49,22 @@ class ExecutionSteps:
 
         Returns whether this caller won.
         """
-        with transaction.atomic():
-            matching = type(self).objects.filter(pk=self.pk, status=expected, attempts=self.attempts, **(where or {}))
-            if not matching.update(status=to, **fields):
+        # No savepoint: a step inside a caller's transaction commits or rolls back with it.
+        with transaction.atomic(savepoint=False):
+            if not self._compare_and_set(expected, to, where, fields):
                 return False
             self.status = to
             for name, value in fields.items():
                 setattr(self, name, value)
             self.audit(action, actor=actor, data={"from": expected, "to": to, "attempt": self.attempts, **(data or {})})
         return True
+
+    def _compare_and_set(self, expected: str, to: str, where: dict[str, Any] | None, fields: dict[str, Any]) -> bool:
+        current = {"status": expected, "attempts": self.attempts}
+        if where is None:  # the common case, with a statement built once per process
+            return compare_and_set(self, current, {"status": to, **fields})
+        # The sweeper's conditions (a lease that may be NULL, or ≤ now) go through the ORM.
+        return bool(type(self).objects.filter(pk=self.pk, **current, **where).update(status=to, **fields))
 
     def claim(self, lease: timedelta) -> bool:
         """Start an attempt (approved → executing, holding a lease); return False if another delivery won."""

@@ -10,6 +10,7 @@ claim → check the approval still binds → call the executor outside any trans
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,6 +26,7 @@ from kombu.pools import ProducerPool
 from agents.models import Agent, Grant
 from approvals.errors import ApiError
 from approvals.models import DecisionKind, Status, ToolCall
+from approvals.rows import with_tool_and_agent
 from toolcatalog.credentials import Scope, mint
 from toolcatalog.executors import ExecutionContext, ExecutorError, Verification, executor_for
 from toolcatalog.models import Tool
@@ -63,9 +65,16 @@ def _fail_fast_producers(app: Celery) -> ProducerPool:
     Celery's own pool would retry the connection for seconds first, and the proposal
     that enqueues waits for it; the sweeper is the retry here.
     """
-    options = {**app.conf.broker_transport_options, "max_retries": 0}
-    broker = app.connection_for_write(transport_options=options, connect_timeout=1)
-    return pools.producers[broker]  # one pool per broker URL and options, kept by kombu
+    key = (id(app), os.getpid(), app.conf.broker_write_url or app.conf.broker_url)
+    pool = _producer_pools.get(key)
+    if pool is None:  # building the Connection to look the pool up cost ~0.3 ms per message
+        options = {**app.conf.broker_transport_options, "max_retries": 0}
+        broker = app.connection_for_write(transport_options=options, connect_timeout=1)
+        pool = _producer_pools[key] = pools.producers[broker]  # kept by kombu too
+    return pool
+
+
+_producer_pools: dict[tuple[int, int, str | None], ProducerPool] = {}
 
 
 def enqueue_on_commit(call: ToolCall) -> None:
@@ -187,7 +196,7 @@ class Attempt:
 
 def claim(call_id: str) -> ToolCall | None:
     """Return the call if this delivery won it (approved → executing); None for a duplicate or stale one."""
-    call = ToolCall.objects.select_related("tool", "agent").filter(pk=call_id).first()
+    call = with_tool_and_agent(ToolCall, call_id)
     if call is None or call.status != Status.APPROVED:
         return None
     return call if call.claim(settings.CELERY_EXECUTION_LEASE) else None
@@ -237,6 +246,11 @@ def record(call: ToolCall, attempt: Attempt) -> None:
         _record_failure(call, attempt.error)
     elif attempt.result is None:
         call.finish(Verification(confirmed=False, observed={}, detail=f"The executor crashed: {attempt.crash}"))
+    elif is_read(call):
+        # Confirmed by its own answer (no round trip): the result and the success commit together.
+        with transaction.atomic():
+            if call.record_result(attempt.result):
+                call.finish(_verify(call, attempt.result))
     elif call.record_result(attempt.result):
         call.finish(_verify(call, attempt.result))
     # else: the lease was taken back meanwhile; the attempt that owns the call now records.

@@ -117,7 +117,9 @@ class ToolCall(ReviewActions, ExecutionSteps, models.Model):
             tool_name=self.tool.name,
             data=data,
         )
-        if action != "call.proposed":  # nobody can be waiting on a call before it exists
+        # Only a status that can end a wait is worth telling (nobody waits on a call before
+        # it exists, and approved or executing end no wait).
+        if action != "call.proposed" and self.status in SETTLED_STATUSES:
             transaction.on_commit(partial(announce, self.pk, self.status))
 
     def transition(

@@ -21,7 +21,7 @@ from approvals import execution
 from approvals.errors import ApiError
 from approvals.jsonbody import nul_fields
 from approvals.models import Status, ToolCall
-from audit.chain import canonical_json, record_alone
+from audit.chain import canonical_json, record_alone, sent_with_append
 from audit.models import ActorKind
 from toolcatalog.policies import policy_for
 from toolcatalog.policy import Outcome, Verdict, evaluate
@@ -246,7 +246,7 @@ def _insert(call: ToolCall, verdict: Verdict) -> ToolCall | None:
         call.approved_arguments_hash = call.arguments_hash
         call.approved_tool_version = call.tool_version
     try:
-        with transaction.atomic():
+        with transaction.atomic(), sent_with_append():
             call.insert()
             call.audit("call.proposed", actor=(ActorKind.AGENT, call.agent.name), data=_proposed_data(call))
             if call.status == Status.APPROVED:

@@ -1,15 +1,16 @@
 """Waiting for a call to change (`?wait`): the waiting request is told, rather than polling.
 
-Every audited change of a call publishes the call's id on a Redis channel once its
-transaction commits (`ToolCall.audit`). A waiting request subscribes *before* it
-reads the call, so a change that commits in between is either in what it reads or
-in a message it will get. A lost message costs at most `SAFETY_POLL`: the waiter
-reads the row again anyway. Without Redis (the embedded demo) it polls, starting short.
-"""
+Every audited change of a call into a status that can end a wait (settled) publishes
+that status on the call's Redis channel once its transaction commits
+(`ToolCall.audit`). A waiting request subscribes *before* it reads the call, so a
+change that commits in between is either in what it reads or in a message it will
+get. A lost message costs at most `SAFETY_POLL`: the waiter reads the status again
+anyway. Without Redis (the embedded demo) it polls, starting short."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,7 +21,9 @@ from typing import TYPE_CHECKING
 import redis
 from django.conf import settings
 from django.db import connection
+from redis.client import PubSub
 
+from approvals.rows import status_of, with_tool_and_agent
 from approvals.states import SETTLED_STATUSES, TERMINAL_STATUSES
 
 if TYPE_CHECKING:
@@ -70,6 +73,46 @@ def _sleeping() -> NextChange:
     return sleep
 
 
+# Subscribers kept open between waits, per Redis URL: a new one costs a connection
+# (TCP and handshake) per waiting request.
+_idle: dict[str, list[PubSub]] = {}
+_idle_lock = threading.Lock()
+IDLE_SUBSCRIBERS = 16
+
+
+def _take_subscriber(url: str) -> PubSub:
+    with _idle_lock:
+        idle = _idle.get(url)
+        if idle:
+            return idle.pop()
+    return _client(url).pubsub()
+
+
+def _give_back(url: str, pubsub: PubSub, name: str) -> None:
+    """Unsubscribe and keep the subscriber for the next wait (its confirmation is read then)."""
+    try:
+        pubsub.unsubscribe(name)
+    except redis.RedisError:
+        pubsub.close()
+        return
+    with _idle_lock:
+        idle = _idle.setdefault(url, [])
+        if len(idle) < IDLE_SUBSCRIBERS:
+            idle.append(pubsub)
+            return
+    pubsub.close()
+
+
+def _subscribe(pubsub: PubSub, name: str) -> None:
+    """Subscribe to `name` and read up to the server's confirmation (skipping what an earlier wait left)."""
+    pubsub.subscribe(name)
+    deadline = time.monotonic() + SAFETY_POLL
+    while (remaining := deadline - time.monotonic()) > 0:
+        message = pubsub.get_message(timeout=remaining)
+        if message and message["type"] == "subscribe" and message["channel"] == name.encode():
+            return
+
+
 @contextmanager
 def _changes(call_id: uuid.UUID) -> Iterator[NextChange]:
     """Yield a function that waits at most the given seconds for a change, and returns its status if told."""
@@ -77,11 +120,11 @@ def _changes(call_id: uuid.UUID) -> Iterator[NextChange]:
     if not url:
         yield _sleeping()
         return
-    pubsub = _client(url).pubsub()
+    name = channel(call_id)
+    pubsub = _take_subscriber(url)
     try:
-        pubsub.subscribe(channel(call_id))
-        # The server has subscribed us once it confirms: only then may the row be read.
-        pubsub.get_message(timeout=SAFETY_POLL)
+        # Once the server confirms, we are subscribed: only then may the row be read.
+        _subscribe(pubsub, name)
     except redis.RedisError as exc:
         log.warning("cannot subscribe to changes of call %s (%s); polling", call_id, exc)
         pubsub.close()
@@ -94,12 +137,14 @@ def _changes(call_id: uuid.UUID) -> Iterator[NextChange]:
         except redis.RedisError:
             time.sleep(min(most, SAFETY_POLL))
             return None
-        return message["data"].decode() if message else None
+        if message is None or message["channel"] != name.encode():  # nothing, or left by an earlier wait
+            return None
+        return message["data"].decode()
 
     try:
         yield next_change
     finally:
-        pubsub.close()
+        _give_back(url, pubsub, name)
 
 
 def wait_for(call: ToolCall, seconds: float, *, until_changed_from: str | None = None) -> ToolCall:
@@ -112,11 +157,17 @@ def wait_for(call: ToolCall, seconds: float, *, until_changed_from: str | None =
     if ends_wait(call.status):
         return call
     with _changes(call.pk) as next_change:
-        call.refresh_from_db()
-        while not ends_wait(call.status) and (remaining := deadline - time.monotonic()) > 0:
+        status = status_of(type(call), call.pk)
+        while status is not None and not ends_wait(status) and (remaining := deadline - time.monotonic()) > 0:
             if not connection.in_atomic_block:
                 connection.close()  # give the connection back to the pool while we wait
             told = next_change(remaining)
-            if told is None or ends_wait(told):  # steps in between (executing, executed) need no read
-                call.refresh_from_db()
-    return call
+            if told is None:  # nothing said within SAFETY_POLL (or a lost message): look
+                status = status_of(type(call), call.pk)
+            elif ends_wait(told):  # published after its commit: the row is there, or further on
+                status = told
+            # steps in between (executing, executed) need no read
+    fresh = with_tool_and_agent(type(call), call.pk)  # once, for the answer
+    if fresh is None:
+        call.refresh_from_db()  # gone: raises DoesNotExist, as a read of a deleted row does
+    return fresh or call

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -42,6 +43,24 @@ def event_hash(prev_hash: str, fields: dict[str, object]) -> str:
     """Return the hash that chains `fields` onto `prev_hash`."""
     payload = prev_hash + canonical_json(fields)
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+@contextmanager
+def sent_with_append() -> Iterator[None]:
+    """Queue the statements run inside and send them with the audit append among them: one round trip.
+
+    On PostgreSQL (psycopg's pipeline mode) a state change and its event then reach
+    the server together, with the transaction's BEGIN; the append still takes the
+    chain lock after them, so the lock is held no longer. Errors surface when the
+    pipeline syncs and are wrapped as Django's (a taken unique key is still an
+    IntegrityError). Elsewhere the statements run as they come.
+    """
+    if connection.vendor != "postgresql":
+        yield
+        return
+    connection.ensure_connection()
+    with connection.wrap_database_errors, connection.connection.pipeline():
+        yield
 
 
 def _lock_chain() -> None:

@@ -202,6 +202,23 @@ def test_a_hold_is_exclusive_for_ten_minutes_then_frees_its_seats(demo_services:
     assert hold(demo_services, ["C2", "C3"], "k-3").status_code == 200
 
 
+def test_search_leaves_out_seats_an_active_hold_keeps(demo_services: str) -> None:
+    body = {"event_id": "show-sabado", "quantity": 2, "max_price_brl": 300}
+
+    def offered() -> set[str]:
+        token = credential(operation="search_seats", resource="show-sabado")
+        options = call(demo_services, "search_seats", body, token=token).json()["options"]
+        return {seat for option in options for seat in option["seat_ids"]}
+
+    cheapest = sorted(offered())[:2]
+    taken = hold(demo_services, cheapest, "k-search")
+    assert taken.status_code == 200
+    assert not offered() & set(cheapest)
+
+    Hold.objects.filter(hold_id=taken.json()["hold_id"]).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert set(cheapest) <= offered()  # an expired hold keeps nothing
+
+
 def test_release_frees_the_seats_and_releasing_twice_is_harmless(demo_services: str) -> None:
     hold_id = hold(demo_services, ["D4", "D5"], "k-1").json()["hold_id"]
     token = credential(operation="release_hold", resource=hold_id)

@@ -83,3 +83,32 @@ def test_without_redis_a_waiting_request_polls_and_still_sees_the_change(agent_a
 
     assert not thread.is_alive()
     assert seen[0].status == "rejected"
+
+
+def test_a_kept_subscriber_ignores_what_an_earlier_wait_left_behind(
+    agent_api: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(watch, "SAFETY_POLL", NEVER)
+    earlier = pending_call(agent_api, "watch-earlier")
+    call = pending_call(agent_api, "watch-later")
+    url = settings.GATEHOUSE_REDIS_URL
+    kept = watch._client(url).pubsub()
+    watch._subscribe(kept, watch.channel(earlier.pk))
+    for status in ("rejected", "expired"):  # published to the earlier wait, never read by it
+        watch.announce(earlier.pk, status)
+    watch._give_back(url, kept, watch.channel(earlier.pk))
+    monkeypatch.setitem(watch._idle, url, [kept])
+
+    thread, seen = wait_in_thread(call.pk, until_changed_from="pending_approval")
+    for _ in range(200):
+        if subscribed(call.pk):
+            break
+        thread.join(0.01)
+    thread.join(0.3)
+
+    assert thread.is_alive()  # the earlier call's notice did not end this wait
+    assert call.reject(reviewer(), "Not this customer.")
+    thread.join(10)
+    assert not thread.is_alive()
+    assert seen[0].status == "rejected"
+    assert watch._idle[url] == [kept]  # the same subscriber, kept again for the next wait

@@ -1,0 +1,91 @@
+"""Statements on the execution path, built once per process from the models' metadata.
+
+An auto-approved call crosses a handful of single-row statements: the worker loads
+the call with its tool and agent, and each step is a compare-and-set `UPDATE`. The
+ORM compiles each of them anew on every call, and that compiling was a large part
+of the worker's CPU per call (docs/benchmarks.md). These functions build each
+statement's text once and bind values prepared exactly as the ORM prepares them
+(`get_db_prep_save`), so what is stored is the same.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from django.db import connection, models
+
+from agents.models import Agent, instance_from_row
+from toolcatalog.models import Tool
+
+if TYPE_CHECKING:
+    from approvals.models import ToolCall
+
+
+def _columns(model: type[models.Model], alias: str) -> str:
+    return ", ".join(f"{alias}.{connection.ops.quote_name(field.column)}" for field in model._meta.concrete_fields)
+
+
+@cache
+def _with_tool_and_agent_sql(model: type[models.Model]) -> str:
+    table = connection.ops.quote_name(model._meta.db_table)
+    return (
+        f"SELECT {_columns(model, 'c')}, {_columns(Tool, 't')}, {_columns(Agent, 'a')} "  # noqa: S608 — names from _meta
+        f"FROM {table} c "
+        f"JOIN {connection.ops.quote_name(Tool._meta.db_table)} t ON t.id = c.tool_id "
+        f"JOIN {connection.ops.quote_name(Agent._meta.db_table)} a ON a.id = c.agent_id "
+        "WHERE c.id = %s"
+    )
+
+
+def with_tool_and_agent(model: type[ToolCall], pk: Any) -> ToolCall | None:
+    """Return the call `pk` with its tool and agent loaded (`select_related`), or None."""
+    if connection.vendor != "postgresql":  # raw rows are not converted there: the ORM does it
+        return model.objects.select_related("tool", "agent").filter(pk=pk).first()
+    with connection.cursor() as cursor:
+        cursor.execute(_with_tool_and_agent_sql(model), [model._meta.pk.get_db_prep_value(pk, connection)])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    sizes = [len(m._meta.concrete_fields) for m in (model, Tool)]
+    call = instance_from_row(model, row[: sizes[0]])
+    call.tool = instance_from_row(Tool, row[sizes[0] : sum(sizes)])
+    call.agent = instance_from_row(Agent, row[sum(sizes) :])
+    return call
+
+
+@cache
+def _compare_and_set_sql(model: type[models.Model], where: tuple[str, ...], changes: tuple[str, ...]) -> str:
+    quote = connection.ops.quote_name
+    fields = {name: model._meta.get_field(name) for name in (*where, *changes)}
+    assignments = ", ".join(f"{quote(fields[name].column)} = %s" for name in changes)
+    conditions = " AND ".join(f"{quote(fields[name].column)} = %s" for name in where)
+    table, pk = quote(model._meta.db_table), quote(model._meta.pk.column)
+    return f"UPDATE {table} SET {assignments} WHERE {pk} = %s AND {conditions}"  # noqa: S608
+
+
+def compare_and_set(instance: models.Model, where: dict[str, Any], changes: dict[str, Any]) -> bool:
+    """`UPDATE … SET changes WHERE pk AND every where-field equals its value`; return whether a row changed."""
+    model = type(instance)
+    sql = _compare_and_set_sql(model, tuple(where), tuple(changes))
+    get_field = model._meta.get_field
+    params = [get_field(name).get_db_prep_save(value, connection) for name, value in changes.items()]
+    params.append(model._meta.pk.get_db_prep_value(instance.pk, connection))
+    params.extend(get_field(name).get_db_prep_value(value, connection) for name, value in where.items())
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount == 1
+
+
+@cache
+def _status_sql(model: type[models.Model]) -> str:
+    quote = connection.ops.quote_name
+    return f"SELECT {quote('status')} FROM {quote(model._meta.db_table)} WHERE {quote(model._meta.pk.column)} = %s"  # noqa: S608
+
+
+def status_of(model: type[ToolCall], pk: Any) -> str | None:
+    """Return the call's current status (one column, no model built), or None if it is gone."""
+    with connection.cursor() as cursor:
+        cursor.execute(_status_sql(model), [model._meta.pk.get_db_prep_value(pk, connection)])
+        row = cursor.fetchone()
+    return None if row is None else row[0]
