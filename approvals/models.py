@@ -100,10 +100,17 @@ class ToolCall(ReviewActions, ExecutionSteps, models.Model):
         are connected for calls); a taken idempotency key raises IntegrityError as
         save() would.
         """
-        fields = _insert_fields()
-        values = [field.get_db_prep_save(field.pre_save(self, True), connection) for field in fields]
         with connection.cursor() as cursor:
-            cursor.execute(_insert_sql(connection.vendor), values)
+            cursor.execute(*self.insert_statement())
+        self.inserted()
+
+    def insert_statement(self) -> tuple[str, list[Any]]:
+        """Return the INSERT of this new call and its values, for `insert()` or a batch of statements."""
+        values = [field.get_db_prep_save(field.pre_save(self, True), connection) for field in _insert_fields()]
+        return _insert_sql(connection.vendor), values
+
+    def inserted(self) -> None:
+        """Mark this call as stored (what save() does after its INSERT)."""
         self._state.adding = False
         self._state.db = connection.alias
 

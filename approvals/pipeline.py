@@ -21,7 +21,7 @@ from approvals import execution
 from approvals.errors import ApiError
 from approvals.jsonbody import nul_fields
 from approvals.models import Status, ToolCall
-from audit.chain import canonical_json, record_alone, sent_with_append
+from audit.chain import canonical_json, one_message_possible, record_alone, record_with
 from audit.models import ActorKind
 from toolcatalog.policies import policy_for
 from toolcatalog.policy import Outcome, Verdict, evaluate
@@ -246,11 +246,14 @@ def _insert(call: ToolCall, verdict: Verdict) -> ToolCall | None:
         call.approved_arguments_hash = call.arguments_hash
         call.approved_tool_version = call.tool_version
     try:
-        with transaction.atomic(), sent_with_append():
-            call.insert()
-            call.audit("call.proposed", actor=(ActorKind.AGENT, call.agent.name), data=_proposed_data(call))
-            if call.status == Status.APPROVED:
-                execution.enqueue_on_commit(call)
+        if one_message_possible():  # PostgreSQL: the call, its event and the commit in one round trip
+            _insert_in_one_message(call)
+        else:
+            with transaction.atomic():
+                call.insert()
+                call.audit("call.proposed", actor=(ActorKind.AGENT, call.agent.name), data=_proposed_data(call))
+                if call.status == Status.APPROVED:
+                    execution.enqueue_on_commit(call)
     except IntegrityError:
         if call.idempotency_key is None:
             raise
@@ -258,6 +261,22 @@ def _insert(call: ToolCall, verdict: Verdict) -> ToolCall | None:
             agent=call.agent, idempotency_key=call.idempotency_key
         )
     return None
+
+
+def _insert_in_one_message(call: ToolCall) -> None:
+    """Insert the call and chain its `call.proposed` event in a transaction sent as one message."""
+    record_with(
+        [call.insert_statement()],
+        "call.proposed",
+        actor=(ActorKind.AGENT, call.agent.name),
+        call_id=call.pk,
+        agent_name=call.agent.name,
+        tool_name=call.tool.name,
+        data=_proposed_data(call),
+    )
+    call.inserted()
+    if call.status == Status.APPROVED:
+        execution.enqueue(str(call.pk))  # committed: record_with returned
 
 
 def _proposed_data(call: ToolCall) -> dict[str, Any]:

@@ -12,14 +12,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
 import orjson
+import psycopg
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
 from django.db.models import Expression, F, Max, Min, TextField
@@ -45,28 +45,14 @@ def event_hash(prev_hash: str, fields: dict[str, object]) -> str:
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
-@contextmanager
-def sent_with_append() -> Iterator[None]:
-    """Queue the statements run inside and send them with the audit append among them: one round trip.
-
-    On PostgreSQL (psycopg's pipeline mode) a state change and its event then reach
-    the server together, with the transaction's BEGIN; the append still takes the
-    chain lock after them, so the lock is held no longer. Errors surface when the
-    pipeline syncs and are wrapped as Django's (a taken unique key is still an
-    IntegrityError). Elsewhere the statements run as they come.
-    """
-    if connection.vendor != "postgresql":
-        yield
-        return
-    connection.ensure_connection()
-    with connection.wrap_database_errors, connection.connection.pipeline():
-        yield
+_LOCK_SQL = "SELECT pg_advisory_xact_lock(%s)"
+_OPEN = (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR)
 
 
 def _lock_chain() -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_CHAIN_LOCK_KEY])
+            cursor.execute(_LOCK_SQL, [_CHAIN_LOCK_KEY])
 
 
 # Appends one event after the head, once the chain lock is held (_lock_chain):
@@ -138,8 +124,17 @@ def _append(event: Event) -> None:
         event.hash = event_hash(event.prev_hash, event.hashed_fields())
         event.save(force_insert=True)
         return
+    with connection.cursor() as cursor:
+        # Errors surface when the pipeline syncs, outside Django's cursor: wrap them as it would.
+        with connection.wrap_database_errors, connection.connection.pipeline():
+            cursor.execute(_LOCK_SQL, [_CHAIN_LOCK_KEY])
+            cursor.execute(_APPEND_SQL, _append_params(event))
+        _appended(event, cursor.fetchone())
+
+
+def _append_params(event: Event) -> dict[str, Any]:
     text_1, text_2, text_3 = _hashed_text_around(event)
-    params = {
+    return {
         "genesis": GENESIS_HASH,
         "data": canonical_json(event.data),
         **{name: getattr(event, name) for name in ("actor_kind", "actor_name", "action", "agent_name", "tool_name")},
@@ -148,12 +143,10 @@ def _append(event: Event) -> None:
         "text_2": text_2,
         "text_3": text_3,
     }
-    with connection.cursor() as cursor:
-        # Errors surface when the pipeline syncs, outside Django's cursor: wrap them as it would.
-        with connection.wrap_database_errors, connection.connection.pipeline():
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_CHAIN_LOCK_KEY])
-            cursor.execute(_APPEND_SQL, params)
-        event.pk, event.seq, event.created_at, event.prev_hash, event.hash = cursor.fetchone()
+
+
+def _appended(event: Event, row: Sequence[Any]) -> None:
+    event.pk, event.seq, event.created_at, event.prev_hash, event.hash = row
     event._state.adding = False
     event._state.db = connection.alias
 
@@ -175,7 +168,20 @@ def record(
     """
     if not connection.in_atomic_block:
         raise RuntimeError("audit.record() must run inside the transaction it describes")
-    event = Event(
+    event = _new_event(action, actor, call_id, agent_name, tool_name, data)
+    _append(event)
+    return event
+
+
+def _new_event(
+    action: str,
+    actor: tuple[str, str],
+    call_id: UUID | None,
+    agent_name: str,
+    tool_name: str,
+    data: dict[str, Any] | None,
+) -> Event:
+    return Event(
         actor_kind=actor[0],
         actor_name=actor[1][:150],
         action=action,
@@ -185,7 +191,52 @@ def record(
         # Round-trip through JSON so the hash covers exactly what the database stores.
         data=json.loads(canonical_json(data or {})),
     )
-    _append(event)
+
+
+def one_message_possible() -> bool:
+    """Return whether `record_with` can run here: PostgreSQL, and no transaction already open."""
+    return connection.vendor == "postgresql" and not connection.in_atomic_block
+
+
+def record_with(
+    statements: Sequence[tuple[str, Sequence[Any]]],
+    action: str,
+    *,
+    actor: tuple[str, str],
+    call_id: UUID | None = None,
+    agent_name: str = "",
+    tool_name: str = "",
+    data: dict[str, Any] | None = None,
+) -> Event:
+    """Run `statements` and append their event in one transaction sent as one message (`one_message_possible`).
+
+    BEGIN, the statements, the chain lock, the append and COMMIT reach PostgreSQL
+    in a single pipeline: one round trip, where a Django transaction costs three
+    (its BEGIN is synced on its own, then the statements, then the COMMIT). The
+    statements run before the lock is taken, so it is held no longer. If one fails
+    (a taken unique key), nothing after it runs, the transaction is rolled back and
+    the error is raised as Django's (IntegrityError).
+    """
+    if not one_message_possible():
+        raise RuntimeError("record_with() runs its own transaction, on PostgreSQL, outside any other")
+    event = _new_event(action, actor, call_id, agent_name, tool_name, data)
+    params = _append_params(event)
+    connection.ensure_connection()
+    conn = connection.connection
+    with conn.cursor() as cursor, conn.cursor() as append:
+        try:
+            with connection.wrap_database_errors, conn.pipeline():
+                cursor.execute("BEGIN")
+                for sql, values in statements:
+                    cursor.execute(sql, values)
+                cursor.execute(_LOCK_SQL, [_CHAIN_LOCK_KEY])
+                append.execute(_APPEND_SQL, params)
+                cursor.execute("COMMIT")
+        finally:
+            if conn.info.transaction_status in _OPEN:  # a failed statement left it open and aborted
+                with connection.wrap_database_errors:
+                    conn.rollback()
+        _appended(event, append.fetchone())
     return event
 
 
