@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.utils import timezone
 
-from approvals.rows import compare_and_set
+from approvals.rows import compare_and_set, compare_and_set_statement
 from approvals.states import Status
+from approvals.watch import announce
+from audit.chain import one_message_possible, record_if_changed
 from audit.models import ActorKind
 
 if TYPE_CHECKING:
@@ -49,22 +51,51 @@ class ExecutionSteps:
 
         Returns whether this caller won.
         """
+        return self._step(expected, to, [(action, to, data)], actor=actor, where=where, fields=fields)
+
+    def _step(
+        self,
+        expected: str,
+        to: str,
+        events: list[tuple[str, str, dict[str, Any] | None]],
+        *,
+        actor: tuple[str, str],
+        where: dict[str, Any] | None,
+        fields: dict[str, Any],
+    ) -> bool:
+        """`_execution_step` with one event or several, each as (action, the status it tells of, data)."""
+        attempt = fields.get("attempts", self.attempts)
+        audits = [
+            (action, {"from": expected, "to": told, "attempt": attempt, **(data or {})})
+            for action, told, data in events
+        ]
+        current = {"status": expected, "attempts": self.attempts}
+        if where is None and one_message_possible():
+            # PostgreSQL with no transaction open: the change and its events in two round trips.
+            change = compare_and_set_statement(self, current, {"status": to, **fields})
+            if not record_if_changed(change, [self.event(action, actor=actor, data=d) for action, d in audits]):
+                return False
+            self._changed(to, fields)
+            if self.worth_announcing():
+                announce(self.pk, self.status)  # committed: record_if_changed returned
+            return True
         # No savepoint: a step inside a caller's transaction commits or rolls back with it.
         with transaction.atomic(savepoint=False):
-            if not self._compare_and_set(expected, to, where, fields):
+            if where is None:  # a statement built once per process
+                changed = compare_and_set(self, current, {"status": to, **fields})
+            else:  # the sweeper's conditions (a lease that may be NULL, or ≤ now) go through the ORM
+                changed = bool(type(self).objects.filter(pk=self.pk, **current, **where).update(status=to, **fields))
+            if not changed:
                 return False
-            self.status = to
-            for name, value in fields.items():
-                setattr(self, name, value)
-            self.audit(action, actor=actor, data={"from": expected, "to": to, "attempt": self.attempts, **(data or {})})
+            self._changed(to, fields)
+            for action, data in audits:
+                self.audit(action, actor=actor, data=data)
         return True
 
-    def _compare_and_set(self, expected: str, to: str, where: dict[str, Any] | None, fields: dict[str, Any]) -> bool:
-        current = {"status": expected, "attempts": self.attempts}
-        if where is None:  # the common case, with a statement built once per process
-            return compare_and_set(self, current, {"status": to, **fields})
-        # The sweeper's conditions (a lease that may be NULL, or ≤ now) go through the ORM.
-        return bool(type(self).objects.filter(pk=self.pk, **current, **where).update(status=to, **fields))
+    def _changed(self, to: str, fields: dict[str, Any]) -> None:
+        self.status = to
+        for name, value in fields.items():
+            setattr(self, name, value)
 
     def claim(self, lease: timedelta) -> bool:
         """Start an attempt (approved → executing, holding a lease); return False if another delivery won."""
@@ -136,6 +167,23 @@ class ExecutionSteps:
 
     def finish(self, verification: Verification) -> bool:
         """End the attempt by what reading the downstream back showed: succeeded or needs_reconciliation."""
+        to, action, data, fields = self._ending(verification)
+        return self._execution_step(Status.EXECUTING, to, action=action, actor=self.WORKER, data=data, **fields)
+
+    def record_read(self, result: dict[str, Any], verification: Verification) -> bool:
+        """Store a read's answer and end the attempt by it, in one step: `call.executed`, then its ending.
+
+        A read is confirmed by its own answer (no second round trip to the downstream),
+        so its result and its ending commit together.
+        """
+        to, action, data, fields = self._ending(verification)
+        events = [("call.executed", Status.EXECUTING, {"result": result}), (action, to, data)]
+        return self._step(
+            Status.EXECUTING, to, events, actor=self.WORKER, where=None, fields={"result": result, **fields}
+        )
+
+    def _ending(self, verification: Verification) -> tuple[str, str, dict[str, Any], dict[str, Any]]:
+        """Return (status, action, event data, fields) of ending an attempt by `verification`."""
         confirmed = bool(verification.confirmed)
         error = None
         if not confirmed:
@@ -145,15 +193,11 @@ class ExecutionSteps:
                 "detail": verification.detail,
                 "observed": verification.observed,
             }
-        return self._execution_step(
-            Status.EXECUTING,
+        return (
             Status.SUCCEEDED if confirmed else Status.NEEDS_RECONCILIATION,
-            action="call.succeeded" if confirmed else "call.needs_reconciliation",
-            actor=self.WORKER,
-            data={"observed": verification.observed, "detail": verification.detail},
-            error=error,
-            finished_at=timezone.now(),
-            lease_expires_at=None,
+            "call.succeeded" if confirmed else "call.needs_reconciliation",
+            {"observed": verification.observed, "detail": verification.detail},
+            {"error": error, "finished_at": timezone.now(), "lease_expires_at": None},
         )
 
     def fail_attempt(self, error: dict[str, Any], retry_at: datetime | None) -> bool:

@@ -247,10 +247,7 @@ def record(call: ToolCall, attempt: Attempt) -> None:
     elif attempt.result is None:
         call.finish(Verification(confirmed=False, observed={}, detail=f"The executor crashed: {attempt.crash}"))
     elif is_read(call):
-        # Confirmed by its own answer (no round trip): the result and the success commit together.
-        with transaction.atomic():
-            if call.record_result(attempt.result):
-                call.finish(_verify(call, attempt.result))
+        call.record_read(attempt.result, _verify(call, attempt.result))
     elif call.record_result(attempt.result):
         call.finish(_verify(call, attempt.result))
     # else: the lease was taken back meanwhile; the attempt that owns the call now records.

@@ -20,7 +20,8 @@ from approvals.executing import ExecutionSteps
 from approvals.reviewing import ReviewActions
 from approvals.states import SETTLED_STATUSES, SYSTEM, TERMINAL_STATUSES, DecisionKind, Status
 from approvals.watch import announce
-from audit.chain import record
+from audit.chain import new_event, record
+from audit.models import Event
 from toolcatalog.models import Tool
 
 # Re-exported: the rest of the project imports states from here.
@@ -124,10 +125,17 @@ class ToolCall(ReviewActions, ExecutionSteps, models.Model):
             tool_name=self.tool.name,
             data=data,
         )
+        if action != "call.proposed" and self.worth_announcing():
+            transaction.on_commit(partial(announce, self.pk, self.status))
+
+    def event(self, action: str, *, actor: tuple[str, str], data: dict[str, Any] | None = None) -> Event:
+        """Return an audit event about this call, to append with its change (`audit.chain.record_if_changed`)."""
+        return new_event(action, actor, self.pk, self.agent.name, self.tool.name, data)
+
+    def worth_announcing(self) -> bool:
         # Only a status that can end a wait is worth telling (nobody waits on a call before
         # it exists, and approved or executing end no wait).
-        if action != "call.proposed" and self.status in SETTLED_STATUSES:
-            transaction.on_commit(partial(announce, self.pk, self.status))
+        return self.status in SETTLED_STATUSES
 
     def transition(
         self,

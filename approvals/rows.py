@@ -66,15 +66,22 @@ def _compare_and_set_sql(model: type[models.Model], where: tuple[str, ...], chan
 
 def compare_and_set(instance: models.Model, where: dict[str, Any], changes: dict[str, Any]) -> bool:
     """`UPDATE … SET changes WHERE pk AND every where-field equals its value`; return whether a row changed."""
+    with connection.cursor() as cursor:
+        cursor.execute(*compare_and_set_statement(instance, where, changes))
+        return cursor.rowcount == 1
+
+
+def compare_and_set_statement(
+    instance: models.Model, where: dict[str, Any], changes: dict[str, Any]
+) -> tuple[str, list[Any]]:
+    """Return the statement of `compare_and_set` and its values (for `audit.chain.record_if_changed`)."""
     model = type(instance)
     sql = _compare_and_set_sql(model, tuple(where), tuple(changes))
     get_field = model._meta.get_field
     params = [get_field(name).get_db_prep_save(value, connection) for name, value in changes.items()]
     params.append(model._meta.pk.get_db_prep_value(instance.pk, connection))
     params.extend(get_field(name).get_db_prep_value(value, connection) for name, value in where.items())
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.rowcount == 1
+    return sql, params
 
 
 @cache

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -168,12 +169,12 @@ def record(
     """
     if not connection.in_atomic_block:
         raise RuntimeError("audit.record() must run inside the transaction it describes")
-    event = _new_event(action, actor, call_id, agent_name, tool_name, data)
+    event = new_event(action, actor, call_id, agent_name, tool_name, data)
     _append(event)
     return event
 
 
-def _new_event(
+def new_event(
     action: str,
     actor: tuple[str, str],
     call_id: UUID | None,
@@ -217,27 +218,57 @@ def record_with(
     (a taken unique key), nothing after it runs, the transaction is rolled back and
     the error is raised as Django's (IntegrityError).
     """
+    event = new_event(action, actor, call_id, agent_name, tool_name, data)
+    _own_transaction(statements, None, [event])
+    return event
+
+
+def record_if_changed(change: tuple[str, Sequence[Any]], events: Sequence[Event]) -> bool:
+    """Run a compare-and-set `change`; if it changed one row, append `events` (`new_event`) and commit.
+
+    Two round trips in a transaction of its own (`one_message_possible`): BEGIN and the
+    change, then the chain lock, the appends and COMMIT — a Django transaction costs
+    four, plus one per event. The row is locked before the chain, as everywhere.
+    Returns whether the change happened (nothing is written otherwise).
+    """
+    return _own_transaction([], change, events)
+
+
+def _own_transaction(
+    statements: Sequence[tuple[str, Sequence[Any]]],
+    change: tuple[str, Sequence[Any]] | None,
+    events: Sequence[Event],
+) -> bool:
     if not one_message_possible():
-        raise RuntimeError("record_with() runs its own transaction, on PostgreSQL, outside any other")
-    event = _new_event(action, actor, call_id, agent_name, tool_name, data)
-    params = _append_params(event)
+        raise RuntimeError("this runs its own transaction, on PostgreSQL, outside any other")
+    params = [_append_params(event) for event in events]
     connection.ensure_connection()
     conn = connection.connection
-    with conn.cursor() as cursor, conn.cursor() as append:
+    with ExitStack() as cursors:
+        cursor = cursors.enter_context(conn.cursor())
+        appends = [cursors.enter_context(conn.cursor()) for _ in events]
         try:
-            with connection.wrap_database_errors, conn.pipeline():
+            with connection.wrap_database_errors, conn.pipeline() as pipeline:
                 cursor.execute("BEGIN")
                 for sql, values in statements:
                     cursor.execute(sql, values)
+                if change is not None:
+                    cursor.execute(*change)
+                    pipeline.sync()
+                    if cursor.rowcount != 1:  # another caller won: write nothing
+                        cursor.execute("ROLLBACK")
+                        return False
                 cursor.execute(_LOCK_SQL, [_CHAIN_LOCK_KEY])
-                append.execute(_APPEND_SQL, params)
+                for append, values in zip(appends, params, strict=True):
+                    append.execute(_APPEND_SQL, values)
                 cursor.execute("COMMIT")
         finally:
             if conn.info.transaction_status in _OPEN:  # a failed statement left it open and aborted
                 with connection.wrap_database_errors:
                     conn.rollback()
-        _appended(event, append.fetchone())
-    return event
+        for event, append in zip(events, appends, strict=True):
+            _appended(event, append.fetchone())
+    return True
 
 
 @transaction.atomic

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
@@ -19,6 +20,7 @@ from django.utils import timezone
 from approvals import execution
 from approvals.models import ToolCall
 from approvals.tasks import execute_call
+from audit.chain import first_break
 from audit.models import Event
 from demo.models import Refund
 from tests.conftest import refund
@@ -105,6 +107,21 @@ def test_only_one_delivery_claims_a_call(sink_broker: RedisServer, demo_services
     assert call.status == "executing"
     assert call.attempts == 1
     assert actions(call_id).count("call.execution_started") == 1
+
+
+def test_a_step_that_loses_its_compare_and_set_writes_nothing_and_leaves_the_connection_clean(
+    sink_broker: RedisServer, demo_services: str, agent_api: Any
+) -> None:
+    call_id = agent_api().propose(refund(1000, idempotency_key="stale")).json()["id"]
+    winner, stale = (ToolCall.objects.select_related("tool", "agent").get(pk=call_id) for _ in range(2))
+
+    assert winner.claim(settings.CELERY_EXECUTION_LEASE)
+    assert not stale.claim(settings.CELERY_EXECUTION_LEASE)  # read before the winner's change
+
+    assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert stale.status == "approved"  # the loser's instance is not changed either
+    assert actions(call_id) == ["call.proposed", "call.execution_started"]
+    assert first_break() is None
 
 
 def test_an_expired_lease_on_an_http_tool_runs_again_with_the_same_key(
