@@ -15,7 +15,6 @@ import os
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -314,7 +313,7 @@ def _breaks(rows: Iterator[tuple[Any, ...]], expected_seq: int, prev_hash: str, 
             yield ChainBreak(expected_seq, f"event #{expected_seq} is missing")
         if stored_prev != prev_hash:
             yield ChainBreak(seq, "does not chain to the event before it")
-        hashed = (seq, _as_datetime(created), *rest)
+        hashed = (seq, created, *rest)  # created_at: the hashed text on PostgreSQL, a datetime elsewhere
         if not _content_matches(hashed, data_text, stored_prev, stored_hash):
             yield ChainBreak(seq, "its content does not match its hash")
         expected_seq, prev_hash = seq + 1, stored_hash
@@ -326,12 +325,19 @@ def _breaks(rows: Iterator[tuple[Any, ...]], expected_seq: int, prev_hash: str, 
 # sees the caller's uncommitted events, as the tests' do).
 PARALLEL_MIN_EVENTS = 200_000
 
+# created_at exactly as the hash covers it (Python's isoformat() of a UTC datetime: no
+# fraction when it is zero), so a walker hashes the text as it comes (the append writes it so).
+_CREATED_TEXT_SQL = (
+    "to_char({0} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS') || CASE WHEN extract(microseconds FROM {0})::bigint"
+    " %% 1000000 = 0 THEN '' ELSE to_char({0} AT TIME ZONE 'UTC', '.US') END || '+00:00'"
+)
+
 # One range of the chain, read by a walker process over its own connection.
-_RANGE_SQL = """
-SELECT to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'), data::text,
+_RANGE_SQL = f"""
+SELECT {_CREATED_TEXT_SQL.format("created_at")}, data::text,
        seq, actor_kind, actor_name, action, call_id::text, agent_name, tool_name, prev_hash, hash
 FROM audit_event WHERE seq >= %s AND seq <= %s ORDER BY seq
-"""
+"""  # noqa: S608 — no values interpolated
 
 
 @dataclass(frozen=True)
@@ -412,19 +418,15 @@ def parallel_first_break(workers: int, low: int, high: int) -> ChainBreak | None
 
 
 def _created_at_column() -> Expression:
-    """Return created_at as UTC ISO text on PostgreSQL (parsed by `_as_datetime`), else the column."""
+    """Return created_at as the text the hash covers on PostgreSQL, else the column."""
     if connection.vendor != "postgresql":
         return F("created_at")
-    return RawSQL("""to_char("audit_event"."created_at" AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US')""", ())
+    return RawSQL(_CREATED_TEXT_SQL.format('"audit_event"."created_at"'), ())  # noqa: S611 — no values interpolated
 
 
 def _call_id_column() -> Expression:
     """Return call_id as text on PostgreSQL (the form the hash covers), else the column."""
     return Cast("call_id", TextField()) if connection.vendor == "postgresql" else F("call_id")
-
-
-def _as_datetime(value: datetime | str) -> datetime:
-    return value if isinstance(value, datetime) else datetime.fromisoformat(value).replace(tzinfo=UTC)
 
 
 def _content_matches(columns: tuple[Any, ...], data_text: str, prev_hash: str, stored_hash: str) -> bool:

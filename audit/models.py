@@ -71,7 +71,7 @@ class Event(models.Model):
     @staticmethod
     def fields_to_hash(
         seq: int,
-        created_at: datetime,
+        created_at: datetime | str,
         actor_kind: str,
         actor_name: str,
         action: str,
@@ -80,10 +80,13 @@ class Event(models.Model):
         tool_name: str,
         data: object,
     ) -> dict[str, object]:
-        """Return the hashed form of an event's fields (shared by writing and verifying)."""
+        """Return the hashed form of an event's fields (shared by writing and verifying).
+
+        `created_at` may come as its hashed text already (isoformat() of a UTC datetime).
+        """
         return {
             "seq": seq,
-            "created_at": created_at.isoformat(),
+            "created_at": created_at if isinstance(created_at, str) else created_at.isoformat(),
             "actor_kind": actor_kind,
             "actor_name": actor_name,
             "action": action,

@@ -132,3 +132,21 @@ def test_the_parallel_walk_names_the_same_first_break(sql: str | None, params: l
     if expected is not None:
         with pytest.raises(CommandError, match=f"event #{expected[0]}: "):
             call_command("audit_verify")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_event_stamped_on_a_whole_second_verifies_in_both_walks() -> None:
+    from audit.chain import event_hash, iter_breaks
+
+    write_events(4)
+    last = Event.objects.get(seq=4)
+    # isoformat() drops a zero fraction; the walks read created_at as text and must do the same.
+    last.created_at = last.created_at.replace(microsecond=0)
+    with transaction.atomic():
+        tamper(
+            "UPDATE audit_event SET created_at = %s, hash = %s WHERE seq = 4",
+            [last.created_at, event_hash(last.prev_hash, last.hashed_fields())],
+        )
+
+    assert next(iter_breaks(), None) is None
+    assert first_break(workers=2, parallel_min=1) is None
