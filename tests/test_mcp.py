@@ -22,7 +22,7 @@ from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from approvals.models import Status, ToolCall
-from tests.conftest import AgentFactory
+from tests.conftest import AgentFactory, start_of_a_fresh_window
 from tests.mcp_server import LiveAsgi
 
 T = TypeVar("T")
@@ -382,6 +382,7 @@ def test_the_rest_rate_limit_applies_over_mcp_too(live_asgi: LiveAsgi, box_offic
     import redis
 
     settings.GATEHOUSE_RATE_LIMIT_PER_MINUTE = 3
+    start_of_a_fresh_window()  # the limit counts per minute: four hits across a minute boundary are two windows
     counts = redis.Redis.from_url(settings.GATEHOUSE_REDIS_URL)
     for key in counts.scan_iter("gatehouse:rate:*"):
         counts.delete(key)

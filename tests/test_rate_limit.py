@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -13,7 +12,7 @@ import redis
 from django.conf import settings
 
 from agents import ratelimit
-from tests.conftest import AgentApi
+from tests.conftest import AgentApi, start_of_a_fresh_window
 
 pytestmark = pytest.mark.django_db
 
@@ -27,12 +26,6 @@ def limited(settings) -> Iterator[None]:
     yield
     for key in client.scan_iter("gatehouse:rate:*"):
         client.delete(key)
-
-
-def start_of_a_fresh_window() -> None:
-    """Wait out the last seconds of a minute, so a test's hits all land in one window."""
-    if time.time() % 60 > 50:
-        time.sleep(61 - time.time() % 60)
 
 
 def hit_from_another_process(agent_id: int, times: int) -> None:
