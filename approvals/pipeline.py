@@ -265,15 +265,8 @@ def _insert(call: ToolCall, verdict: Verdict) -> ToolCall | None:
 
 def _insert_in_one_message(call: ToolCall) -> None:
     """Insert the call and chain its `call.proposed` event in a transaction sent as one message."""
-    record_with(
-        [call.insert_statement()],
-        "call.proposed",
-        actor=(ActorKind.AGENT, call.agent.name),
-        call_id=call.pk,
-        agent_name=call.agent.name,
-        tool_name=call.tool.name,
-        data=_proposed_data(call),
-    )
+    event = call.event("call.proposed", actor=(ActorKind.AGENT, call.agent.name), data=_proposed_data(call))
+    record_with([call.insert_statement()], event)
     call.inserted()
     if call.status == Status.APPROVED:
         execution.enqueue(str(call.pk))  # committed: record_with returned

@@ -181,6 +181,7 @@ def new_event(
     tool_name: str,
     data: dict[str, Any] | None,
 ) -> Event:
+    """Return an event not yet chained (for `record_with` or `record_if_changed`)."""
     return Event(
         actor_kind=actor[0],
         actor_name=actor[1][:150],
@@ -198,17 +199,8 @@ def one_message_possible() -> bool:
     return connection.vendor == "postgresql" and not connection.in_atomic_block
 
 
-def record_with(
-    statements: Sequence[tuple[str, Sequence[Any]]],
-    action: str,
-    *,
-    actor: tuple[str, str],
-    call_id: UUID | None = None,
-    agent_name: str = "",
-    tool_name: str = "",
-    data: dict[str, Any] | None = None,
-) -> Event:
-    """Run `statements` and append their event in one transaction sent as one message (`one_message_possible`).
+def record_with(statements: Sequence[tuple[str, Sequence[Any]]], event: Event) -> Event:
+    """Run `statements` and append `event` (`new_event`) in one transaction sent as one message.
 
     BEGIN, the statements, the chain lock, the append and COMMIT reach PostgreSQL
     in a single pipeline: one round trip, where a Django transaction costs three
@@ -217,7 +209,6 @@ def record_with(
     (a taken unique key), nothing after it runs, the transaction is rolled back and
     the error is raised as Django's (IntegrityError).
     """
-    event = new_event(action, actor, call_id, agent_name, tool_name, data)
     _own_transaction(statements, None, [event])
     return event
 
