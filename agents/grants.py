@@ -12,10 +12,10 @@ import functools
 import json
 from datetime import timedelta
 
-from django.db import connection, models
+from django.db import connection
 from django.db.models import Exists, OuterRef, Subquery
 
-from agents.models import Agent, CircuitBreaker, Grant, instance_from_row
+from agents.models import Agent, CircuitBreaker, Grant, column_list, instance_from_row
 from toolcatalog.models import RiskTier, Tool
 from toolcatalog.policy import TierSpec
 
@@ -46,13 +46,10 @@ def _grant_sql() -> str:
     Python to compile per proposal, and the tiers a second round trip.
     """
 
-    def columns(model: type[models.Model], alias: str) -> str:
-        return ", ".join(f'{alias}."{field.column}"' for field in model._meta.concrete_fields)
-
     breaker = "FROM agents_circuitbreaker b WHERE b.agent_id = g.agent_id AND b.tool_id = g.tool_id"
     # Column names come from the models' metadata; the values are bound as parameters.
     return f"""
-SELECT {columns(Grant, "g")}, {columns(Tool, "t")}, {columns(RiskTier, "bt")},
+SELECT {column_list(Grant, "g")}, {column_list(Tool, "t")}, {column_list(RiskTier, "bt")},
        EXISTS(SELECT 1 {breaker} AND b.opened_at IS NOT NULL),
        (SELECT b.consecutive_failures {breaker} LIMIT 1),
        (SELECT json_agg(json_build_array(r.level, r.name, r.requires_approval, r.approvals_required,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Sequence
+from functools import cache
 from typing import Any
 
 from django.conf import settings
@@ -25,6 +26,12 @@ def hash_token(token: str) -> str:
 def new_token() -> str:
     """Return a fresh random bearer token."""
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def column_list(model: type[models.Model], alias: str = "") -> str:
+    """Return the model's concrete columns, quoted, in field order: what `instance_from_row` takes back."""
+    prefix = f"{alias}." if alias else ""
+    return ", ".join(prefix + connection.ops.quote_name(field.column) for field in model._meta.concrete_fields)
 
 
 def instance_from_row(model: type[models.Model], values: Sequence[Any]) -> Any:
@@ -98,12 +105,8 @@ class Agent(models.Model):
         Every API request authenticates: the ORM query this replaces cost ~0.5 ms of
         Python to build per request (docs/benchmarks.md). token_hash is unique.
         """
-        columns = ", ".join(f'"{field.column}"' for field in cls._meta.concrete_fields)
         with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT {columns} FROM {cls._meta.db_table} WHERE token_hash = %s AND active LIMIT 1",  # noqa: S608
-                [token_hash],
-            )
+            cursor.execute(_agent_by_token_sql(), [token_hash])
             row = cursor.fetchone()
         return None if row is None else instance_from_row(cls, row)
 
@@ -113,6 +116,12 @@ class Agent(models.Model):
         if self.last_seen_at is None or (now - self.last_seen_at).total_seconds() > 60:
             Agent.objects.filter(pk=self.pk).update(last_seen_at=now)
             self.last_seen_at = now
+
+
+@cache
+def _agent_by_token_sql() -> str:
+    table = connection.ops.quote_name(Agent._meta.db_table)
+    return f"SELECT {column_list(Agent)} FROM {table} WHERE token_hash = %s AND active LIMIT 1"  # noqa: S608
 
 
 class Grant(models.Model):

@@ -8,7 +8,7 @@ writes its audit event in the same transaction; effects outside the database
 from __future__ import annotations
 
 import uuid
-from functools import cache, partial
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -18,6 +18,7 @@ from django.utils import timezone
 from agents.models import Agent
 from approvals.executing import ExecutionSteps
 from approvals.reviewing import ReviewActions
+from approvals.rows import insert_statement
 from approvals.states import SETTLED_STATUSES, SYSTEM, TERMINAL_STATUSES, DecisionKind, Status
 from approvals.watch import announce
 from audit.chain import new_event, record
@@ -107,8 +108,7 @@ class ToolCall(ReviewActions, ExecutionSteps, models.Model):
 
     def insert_statement(self) -> tuple[str, list[Any]]:
         """Return the INSERT of this new call and its values, for `insert()` or a batch of statements."""
-        values = [field.get_db_prep_save(field.pre_save(self, True), connection) for field in _insert_fields()]
-        return _insert_sql(connection.vendor), values
+        return insert_statement(self)
 
     def inserted(self) -> None:
         """Mark this call as stored (what save() does after its INSERT)."""
@@ -161,18 +161,6 @@ class ToolCall(ReviewActions, ExecutionSteps, models.Model):
                 setattr(self, name, value)
             self.audit(action, actor=actor, data={"from": list(allowed), "to": to, **(data or {})})
         return True
-
-
-@cache
-def _insert_fields() -> list[models.Field]:
-    return list(ToolCall._meta.concrete_fields)
-
-
-@cache
-def _insert_sql(vendor: str) -> str:
-    columns = ", ".join(connection.ops.quote_name(field.column) for field in _insert_fields())
-    placeholders = ", ".join(["%s"] * len(_insert_fields()))
-    return f"INSERT INTO {connection.ops.quote_name(ToolCall._meta.db_table)} ({columns}) VALUES ({placeholders})"  # noqa: S608
 
 
 class Decision(models.Model):

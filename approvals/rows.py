@@ -15,22 +15,32 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connection, models
 
-from agents.models import Agent, instance_from_row
+from agents.models import Agent, column_list, instance_from_row
 from toolcatalog.models import Tool
 
 if TYPE_CHECKING:
     from approvals.models import ToolCall
 
 
-def _columns(model: type[models.Model], alias: str) -> str:
-    return ", ".join(f"{alias}.{connection.ops.quote_name(field.column)}" for field in model._meta.concrete_fields)
+@cache
+def _insert_sql(model: type[models.Model]) -> str:
+    placeholders = ", ".join(["%s"] * len(model._meta.concrete_fields))
+    table = connection.ops.quote_name(model._meta.db_table)
+    return f"INSERT INTO {table} ({column_list(model)}) VALUES ({placeholders})"  # noqa: S608 — names from _meta
+
+
+def insert_statement(instance: models.Model) -> tuple[str, list[Any]]:
+    """Return the INSERT of a new `instance` and its values, prepared as `save()` prepares them."""
+    fields = instance._meta.concrete_fields
+    values = [field.get_db_prep_save(field.pre_save(instance, True), connection) for field in fields]
+    return _insert_sql(type(instance)), values
 
 
 @cache
 def _with_tool_and_agent_sql(model: type[models.Model]) -> str:
     table = connection.ops.quote_name(model._meta.db_table)
     return (
-        f"SELECT {_columns(model, 'c')}, {_columns(Tool, 't')}, {_columns(Agent, 'a')} "  # noqa: S608 — names from _meta
+        f"SELECT {column_list(model, 'c')}, {column_list(Tool, 't')}, {column_list(Agent, 'a')} "  # noqa: S608 — names from _meta
         f"FROM {table} c "
         f"JOIN {connection.ops.quote_name(Tool._meta.db_table)} t ON t.id = c.tool_id "
         f"JOIN {connection.ops.quote_name(Agent._meta.db_table)} a ON a.id = c.agent_id "

@@ -166,8 +166,8 @@ def wait_for(call: ToolCall, seconds: float, *, until_changed_from: str | None =
                 status = status_of(type(call), call.pk)
             elif ends_wait(told):  # published after its commit: the row is there, or further on
                 status = told
-            # steps in between (executing, executed) need no read
+            # a status that does not end this wait needs no read
     fresh = with_tool_and_agent(type(call), call.pk)  # once, for the answer
     if fresh is None:
-        call.refresh_from_db()  # gone: raises DoesNotExist, as a read of a deleted row does
-    return fresh or call
+        raise type(call).DoesNotExist(f"call {call.pk} no longer exists")
+    return fresh

@@ -49,19 +49,18 @@ _LOCK_SQL = "SELECT pg_advisory_xact_lock(%s)"
 _OPEN = (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR)
 
 
-def _lock_chain() -> None:
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(_LOCK_SQL, [_CHAIN_LOCK_KEY])
+# created_at exactly as the hash covers it: Python's isoformat() of a UTC datetime (no
+# fraction when it is zero). The append hashes this text; the walkers read it back.
+_CREATED_TEXT_SQL = (
+    "to_char({0} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS') || CASE WHEN extract(microseconds FROM {0})::bigint"
+    " %% 1000000 = 0 THEN '' ELSE to_char({0} AT TIME ZONE 'UTC', '.US') END || '+00:00'"
+)
 
-
-# Appends one event after the head, once the chain lock is held (_lock_chain):
-# the two statements are pipelined (one round trip), and each gets its own
-# snapshot, so the append reads the head only once the lock is held. The append reads the head,
-# stamps the time and computes the hash in SQL, so the lock is held for this
-# message and the COMMIT only. created_at is formatted as Python's isoformat() of
-# a UTC datetime (no fraction when it is zero).
-_APPEND_SQL = """
+# Appends one event after the head. It is sent after the chain lock (_LOCK_SQL) in
+# the same pipeline, and gets its own snapshot, so it reads the head only once the
+# lock is held. It reads the head, stamps the time and computes the hash in SQL, so
+# the lock is held for this statement and the COMMIT only.
+_APPEND_SQL = f"""
 WITH head AS (SELECT seq, hash FROM audit_event ORDER BY seq DESC LIMIT 1),
 next AS (
     SELECT COALESCE((SELECT seq FROM head), 0) + 1 AS seq,
@@ -69,11 +68,7 @@ next AS (
            clock_timestamp() AS at
 ),
 stamped AS (
-    SELECT seq, prev_hash, at,
-           to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
-           || CASE WHEN extract(microseconds FROM at)::bigint %% 1000000 = 0 THEN ''
-                   ELSE to_char(at AT TIME ZONE 'UTC', '.US') END
-           || '+00:00' AS at_text
+    SELECT seq, prev_hash, at, {_CREATED_TEXT_SQL.format("at")} AS at_text
     FROM next
 )
 INSERT INTO audit_event
@@ -85,7 +80,7 @@ SELECT seq, at, %(actor_kind)s, %(actor_name)s, %(action)s, %(call_id)s::uuid, %
        )), 'hex')
 FROM stamped
 RETURNING id, seq, created_at, prev_hash, hash
-"""
+"""  # noqa: S608 — no values interpolated
 
 
 def _hashed_text_around(event: Event) -> tuple[str, str, str]:
@@ -116,8 +111,7 @@ def _content(event: Event) -> tuple[Any, ...]:
 
 def _append(event: Event) -> None:
     """Take the chain lock, chain `event` after the head and insert it."""
-    if connection.vendor != "postgresql":
-        _lock_chain()
+    if connection.vendor != "postgresql":  # SQLite: the IMMEDIATE transaction already serialises writers
         head = Event.objects.order_by("-seq").values_list("seq", "hash").first()
         event.seq, event.prev_hash = (head[0] + 1, head[1]) if head else (1, GENESIS_HASH)
         event.created_at = timezone.now()
@@ -316,13 +310,6 @@ def _breaks(rows: Iterator[tuple[Any, ...]], expected_seq: int, prev_hash: str, 
 # sees the caller's uncommitted events, as the tests' do).
 PARALLEL_MIN_EVENTS = 200_000
 
-# created_at exactly as the hash covers it (Python's isoformat() of a UTC datetime: no
-# fraction when it is zero), so a walker hashes the text as it comes (the append writes it so).
-_CREATED_TEXT_SQL = (
-    "to_char({0} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS') || CASE WHEN extract(microseconds FROM {0})::bigint"
-    " %% 1000000 = 0 THEN '' ELSE to_char({0} AT TIME ZONE 'UTC', '.US') END || '+00:00'"
-)
-
 # One range of the chain, read by a walker process over its own connection.
 _RANGE_SQL = f"""
 SELECT {_CREATED_TEXT_SQL.format("created_at")}, data::text,
@@ -347,8 +334,6 @@ def _walk_range(connect_kwargs: dict[str, Any], low: int, high: int) -> _RangeWa
     on its own; only its first row's link to the range before it is left to
     `parallel_first_break`, which compares the seams.
     """
-    import psycopg
-
     with psycopg.connect(**connect_kwargs) as conn, conn.transaction(), conn.cursor(name="audit_walk") as cursor:
         cursor.itersize = 20_000
         rows = iter(cursor.execute(_RANGE_SQL, (low, high)))

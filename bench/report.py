@@ -82,6 +82,13 @@ def headline(r: Results) -> list[str]:
     ]
 
 
+E2E_ROWS = (
+    ("gatehouse", "Gatehouse auto-approved, proposal → `succeeded`"),
+    ("bare_post", "bare POST"),
+    ("bare_celery", "bare Celery round trip"),
+)
+
+
 def setup_section(r: Results) -> list[str]:
     s = r.settings
     lines = [
@@ -177,11 +184,10 @@ def e2e_section(r: Results) -> list[str]:
         "",
         "| measurement | p50 ms | p99 ms |",
         "|---|---|---|",
-        f"| Gatehouse auto-approved, proposal → `succeeded` | {r.e2e.spread('gatehouse', 50).format(1)} | "
-        f"{r.e2e.spread('gatehouse', 99).format(1)} |",
-        f"| bare POST | {r.e2e.spread('bare_post', 50).format(1)} | {r.e2e.spread('bare_post', 99).format(1)} |",
-        f"| bare Celery round trip | {r.e2e.spread('bare_celery', 50).format(1)} | "
-        f"{r.e2e.spread('bare_celery', 99).format(1)} |",
+        *(
+            f"| {label} | {r.e2e.spread(name, 50).format(1)} | {r.e2e.spread(name, 99).format(1)} |"
+            for name, label in E2E_ROWS
+        ),
         "",
         f"Ratio Gatehouse p50 ÷ (bare POST p50 + bare Celery p50), run by run: **{r.e2e.ratio().format(2)}** "
         f"(target ≤ {E2E_TARGET}).",
