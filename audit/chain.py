@@ -46,6 +46,14 @@ def event_hash(prev_hash: str, fields: dict[str, object]) -> str:
 
 
 _LOCK_SQL = "SELECT pg_advisory_xact_lock(%s)"
+# A compare-and-set step sends its change, the lock, the appends and COMMIT in one
+# message: the change marks its transaction when it changes a row (set_config, local
+# to the transaction), and the lock and the appends run only where it did. A step
+# that loses therefore takes no lock and writes nothing, without a round trip to ask.
+_CHANGED_SETTING = "gatehouse.changed"
+_MARK_CHANGED_SQL = f" RETURNING set_config('{_CHANGED_SETTING}', 'yes', true)"
+_IF_CHANGED_SQL = f"current_setting('{_CHANGED_SETTING}', true) = 'yes'"
+_LOCK_IF_CHANGED_SQL = f"{_LOCK_SQL} WHERE {_IF_CHANGED_SQL}"
 _OPEN = (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR)
 
 
@@ -60,7 +68,7 @@ _CREATED_TEXT_SQL = (
 # the same pipeline, and gets its own snapshot, so it reads the head only once the
 # lock is held. It reads the head, stamps the time and computes the hash in SQL, so
 # the lock is held for this statement and the COMMIT only.
-_APPEND_SQL = f"""
+_APPEND_TEMPLATE = f"""
 WITH head AS (SELECT seq, hash FROM audit_event ORDER BY seq DESC LIMIT 1),
 next AS (
     SELECT COALESCE((SELECT seq FROM head), 0) + 1 AS seq,
@@ -79,8 +87,11 @@ SELECT seq, at, %(actor_kind)s, %(actor_name)s, %(action)s, %(call_id)s::uuid, %
            prev_hash || %(text_1)s || at_text || %(text_2)s || seq::text || %(text_3)s, 'UTF8'
        )), 'hex')
 FROM stamped
+{{condition}}
 RETURNING id, seq, created_at, prev_hash, hash
 """  # noqa: S608 — no values interpolated
+_APPEND_SQL = _APPEND_TEMPLATE.format(condition="")
+_APPEND_IF_CHANGED_SQL = _APPEND_TEMPLATE.format(condition=f"WHERE {_IF_CHANGED_SQL}")
 
 
 def _hashed_text_around(event: Event) -> tuple[str, str, str]:
@@ -208,14 +219,16 @@ def record_with(statements: Sequence[tuple[str, Sequence[Any]]], event: Event) -
 
 
 def record_if_changed(change: tuple[str, Sequence[Any]], events: Sequence[Event]) -> bool:
-    """Run a compare-and-set `change`; if it changed one row, append `events` (`new_event`) and commit.
+    """Run a compare-and-set `change` (an UPDATE); if it changed a row, append `events` (`new_event`).
 
-    Two round trips in a transaction of its own (`one_message_possible`): BEGIN and the
-    change, then the chain lock, the appends and COMMIT — a Django transaction costs
-    four, plus one per event. The row is locked before the chain, as everywhere.
-    Returns whether the change happened (nothing is written otherwise).
+    One round trip, in a transaction of its own (`one_message_possible`): BEGIN, the
+    change, the chain lock and the appends (both only if the change changed a row)
+    and COMMIT — a Django transaction costs four, plus one per event. The row is
+    locked before the chain, as everywhere. Returns whether the change happened
+    (nothing is written otherwise).
     """
-    return _own_transaction([], change, events)
+    sql, values = change
+    return _own_transaction([], (sql + _MARK_CHANGED_SQL, values), events)
 
 
 def _own_transaction(
@@ -230,26 +243,26 @@ def _own_transaction(
     conn = connection.connection
     with ExitStack() as cursors:
         cursor = cursors.enter_context(conn.cursor())
+        changed = cursors.enter_context(conn.cursor())
         appends = [cursors.enter_context(conn.cursor()) for _ in events]
         try:
-            with connection.wrap_database_errors, conn.pipeline() as pipeline:
+            with connection.wrap_database_errors, conn.pipeline():
                 cursor.execute("BEGIN")
                 for sql, values in statements:
                     cursor.execute(sql, values)
                 if change is not None:
-                    cursor.execute(*change)
-                    pipeline.sync()
-                    if cursor.rowcount != 1:  # another caller won: write nothing
-                        cursor.execute("ROLLBACK")
-                        return False
-                cursor.execute(_LOCK_SQL, [_CHAIN_LOCK_KEY])
+                    changed.execute(*change)
+                cursor.execute(_LOCK_SQL if change is None else _LOCK_IF_CHANGED_SQL, [_CHAIN_LOCK_KEY])
+                append_sql = _APPEND_SQL if change is None else _APPEND_IF_CHANGED_SQL
                 for append, values in zip(appends, params, strict=True):
-                    append.execute(_APPEND_SQL, values)
+                    append.execute(append_sql, values)
                 cursor.execute("COMMIT")
         finally:
             if conn.info.transaction_status in _OPEN:  # a failed statement left it open and aborted
                 with connection.wrap_database_errors:
                     conn.rollback()
+        if change is not None and changed.rowcount != 1:  # another caller won: nothing was written
+            return False
         for event, append in zip(events, appends, strict=True):
             _appended(event, append.fetchone())
     return True

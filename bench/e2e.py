@@ -15,22 +15,32 @@ from bench.stats import Spread, percentile
 POLL_SECONDS = 0.0005
 
 
+# The bench's copy of search_seats whose downstream answers at once (bench/downstream.py).
+INSTANT_TOOL = "search_seats_instant"
+
+
 @dataclass
 class E2EResults:
-    """Latency samples (ms) per run for each of the three measurements."""
+    """Latency samples (ms) per run for each measurement.
+
+    `gatehouse`: the tier-0 call against the demo seat service (a Django view on the
+    same web server); `instant`: the same call against a downstream that answers at
+    once, i.e. Gatehouse's own cost, like for like with the bare measurements.
+    """
 
     gatehouse: list[list[float]] = field(default_factory=list)
     bare_post: list[list[float]] = field(default_factory=list)
     bare_celery: list[list[float]] = field(default_factory=list)
+    instant: list[list[float]] = field(default_factory=list)
 
     def spread(self, name: str, pct: float) -> Spread:
         return Spread.of([percentile(samples, pct) for samples in getattr(self, name)])
 
-    def ratio(self) -> Spread:
-        """Return, run by run, Gatehouse's p50 over (bare POST p50 + bare Celery round-trip p50)."""
+    def ratio(self, name: str = "gatehouse") -> Spread:
+        """Return, run by run, the p50 of `name` over (bare POST p50 + bare Celery round-trip p50)."""
         ratios = [
             percentile(mine, 50) / (percentile(post, 50) + percentile(celery, 50))
-            for mine, post, celery in zip(self.gatehouse, self.bare_post, self.bare_celery, strict=True)
+            for mine, post, celery in zip(getattr(self, name), self.bare_post, self.bare_celery, strict=True)
         ]
         return Spread.of(ratios)
 
@@ -41,9 +51,21 @@ def _timed(action: object) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-def gatehouse_round_trip(client: httpx.Client, token: str) -> None:
+def add_instant_tool(settings: BenchSettings, agent_name: str) -> None:
+    """Add INSTANT_TOOL: search_seats with the instant downstream as its endpoint, granted to `agent_name`."""
+    from agents.models import Agent, Grant
+    from toolcatalog.models import Tool
+
+    tool = Tool.objects.get(name="search_seats")
+    tool.pk, tool.name = None, INSTANT_TOOL
+    tool.executor_ref = f"{settings.downstream_url}/search_seats"
+    tool.save()
+    Grant.objects.create(agent=Agent.objects.get(name=agent_name), tool=tool, max_tier=0)
+
+
+def gatehouse_round_trip(client: httpx.Client, token: str, tool: str = "search_seats") -> None:
     """Propose a tier-0 call and wait (long poll) until it has run and been verified."""
-    body = {"tool": "search_seats", "arguments": TIER0_ARGUMENTS, "idempotency_key": f"e2e-{uuid.uuid4().hex}"}
+    body = {"tool": tool, "arguments": TIER0_ARGUMENTS, "idempotency_key": f"e2e-{uuid.uuid4().hex}"}
     response = client.post("/api/v1/tool-calls?wait=10", json=body, headers={"Authorization": f"Bearer {token}"})
     status = response.json().get("status")
     if response.status_code != 201 or status != "succeeded":
@@ -80,20 +102,27 @@ def bare_celery_round_trip() -> float:
 def measure(settings: BenchSettings, tokens: dict[str, str], log: object = print) -> E2EResults:
     """Measure the three latencies sequentially (one client), `settings.runs` times, interleaved."""
     results = E2EResults()
-    token = tokens["box-office-agent"]
+    agent = "box-office-agent"
+    token = tokens[agent]
+    add_instant_tool(settings, agent)
     with httpx.Client(base_url=settings.base_url, timeout=30) as client:
         for _ in range(5):  # warm: connections, producer pool, compiled validators
             gatehouse_round_trip(client, token)
+            gatehouse_round_trip(client, token, INSTANT_TOOL)
             bare_post(client)
             bare_celery_round_trip()
         for run in range(1, settings.runs + 1):
             results.gatehouse.append(
                 [_timed(lambda: gatehouse_round_trip(client, token)) for _ in range(settings.e2e_calls)]
             )
+            results.instant.append(
+                [_timed(lambda: gatehouse_round_trip(client, token, INSTANT_TOOL)) for _ in range(settings.e2e_calls)]
+            )
             results.bare_post.append([_timed(lambda: bare_post(client)) for _ in range(settings.e2e_calls * 2)])
             results.bare_celery.append([bare_celery_round_trip() for _ in range(settings.e2e_calls * 2)])
             log(
-                f"  e2e run {run}: gatehouse p50 {percentile(results.gatehouse[-1], 50):.1f} ms, "
+                f"  e2e run {run}: gatehouse p50 {percentile(results.gatehouse[-1], 50):.1f} ms "
+                f"(instant downstream {percentile(results.instant[-1], 50):.1f} ms), "
                 f"bare POST p50 {percentile(results.bare_post[-1], 50):.1f} ms, "
                 f"bare Celery p50 {percentile(results.bare_celery[-1], 50):.1f} ms"
             )

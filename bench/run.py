@@ -48,6 +48,7 @@ def commands(settings: BenchSettings) -> dict[str, str]:
         "env": f"export {env}  # and SECRET_KEY, ALLOWED_HOSTS",
         "web": stack.display(stack.web_command(settings)),
         "worker": stack.display(stack.worker_command()),
+        "downstream": stack.display(stack.downstream_command(settings)),
         "wrk": shlex.join(wrk.command(settings.base_url, 32, settings.duration, Path("<scenario>.lua"))),
         "audit_verify": stack.display(verify.command()),
     }

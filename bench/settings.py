@@ -32,6 +32,7 @@ class BenchSettings:
     database: str = os.environ.get("BENCH_DATABASE", "gatehouse_bench")
     redis_url: str = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
     port: int = _int("BENCH_PORT", 18080)
+    downstream_port: int = _int("BENCH_DOWNSTREAM_PORT", 18081)
     web_workers: int = _int("BENCH_WEB_WORKERS", 2 * (os.cpu_count() or 1) + 1)
     # Per web process; × web workers must stay well under PostgreSQL's max_connections (100 here).
     pool_max: int = _int("BENCH_DB_POOL_MAX", 8)
@@ -53,6 +54,10 @@ class BenchSettings:
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def downstream_url(self) -> str:
+        return f"http://127.0.0.1:{self.downstream_port}"
 
     def environment(self) -> dict[str, str]:
         """Return the production-like environment every process of the bench stack shares."""

@@ -1,4 +1,4 @@
-"""The benchmark's own stack: a fresh database, uvicorn with N workers, one Celery worker.
+"""The benchmark's own stack: a fresh database, uvicorn with N workers, one Celery worker, an instant downstream.
 
 Each process runs in its own session (process group), so stopping it stops its
 children too (uvicorn's workers); `Stack` stops everything it started on exit,
@@ -84,6 +84,11 @@ def worker_command() -> list[str]:
     ]
 
 
+def downstream_command(settings: BenchSettings) -> list[str]:
+    """Return the instant downstream's command line (bench/downstream.py)."""
+    return [PYTHON, "-m", "bench.downstream", str(settings.downstream_port)]
+
+
 def display(command: list[str]) -> str:
     """Return a command line as an operator would type it (the venv's python as `python`)."""
     return shlex.join(["python" if part == PYTHON else part for part in command])
@@ -115,13 +120,17 @@ class Stack:
             )
 
     def start_all(self) -> None:
-        """Start the web server and the worker, and wait until both answer."""
-        if _port_in_use(self.settings.port):
-            raise RuntimeError(f"port {self.settings.port} is taken: stop what listens there or set BENCH_PORT")
+        """Start the web server, the worker and the instant downstream, and wait until all three answer."""
+        ports = {"BENCH_PORT": self.settings.port, "BENCH_DOWNSTREAM_PORT": self.settings.downstream_port}
+        for name, port in ports.items():
+            if _port_in_use(port):
+                raise RuntimeError(f"port {port} is taken: stop what listens there or set {name}")
         self.start("web", web_command(self.settings))
         self.start("worker", worker_command())
+        self.start("downstream", downstream_command(self.settings))
         self.wait_until(self._web_ready, "the web server")
         self.wait_until(self._worker_ready, "the Celery worker")
+        self.wait_until(lambda: _port_in_use(self.settings.downstream_port), "the instant downstream")
 
     def wait_until(self, ready: Callable[[], bool], what: str) -> None:
         """Poll `ready` until it holds; fail if a process died or it took too long."""
