@@ -71,7 +71,7 @@ class ExecutionSteps:
         ]
         current = {"status": expected, "attempts": self.attempts}
         if where is None and one_message_possible():
-            # PostgreSQL with no transaction open: the change and its events in two round trips.
+            # PostgreSQL with no transaction open: the change and its events in one round trip.
             change = compare_and_set_statement(self, current, {"status": to, **fields})
             if not record_if_changed(change, [self.event(action, actor=actor, data=d) for action, d in audits]):
                 return False

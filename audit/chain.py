@@ -239,6 +239,10 @@ def _own_transaction(
     if not one_message_possible():
         raise RuntimeError("this runs its own transaction, on PostgreSQL, outside any other")
     params = [_append_params(event) for event in events]
+    if change is None:
+        lock_sql, append_sql = _LOCK_SQL, _APPEND_SQL
+    else:  # only where the change changed a row
+        lock_sql, append_sql = _LOCK_IF_CHANGED_SQL, _APPEND_IF_CHANGED_SQL
     connection.ensure_connection()
     conn = connection.connection
     with ExitStack() as cursors:
@@ -252,8 +256,7 @@ def _own_transaction(
                     cursor.execute(sql, values)
                 if change is not None:
                     changed.execute(*change)
-                cursor.execute(_LOCK_SQL if change is None else _LOCK_IF_CHANGED_SQL, [_CHAIN_LOCK_KEY])
-                append_sql = _APPEND_SQL if change is None else _APPEND_IF_CHANGED_SQL
+                cursor.execute(lock_sql, [_CHAIN_LOCK_KEY])
                 for append, values in zip(appends, params, strict=True):
                     append.execute(append_sql, values)
                 cursor.execute("COMMIT")
