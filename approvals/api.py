@@ -279,11 +279,10 @@ def create_call(request: HttpRequest, payload: ProposalIn, query: Query[WaitQuer
         )
     call = outcome.call
     assert call is not None
-    if query.wait:
-        call = wait_for(call, query.wait)
+    body = wait_for(call, query.wait) if query.wait else call_body(call)
     if outcome.replayed:
-        return _json(call_body(call), 200, replayed=True)
-    return _json(call_body(call), 202 if call.status == "pending_approval" else 201)
+        return _json(body, 200, replayed=True)
+    return _json(body, 202 if body["status"] == "pending_approval" else 201)
 
 
 def get_agent_call(agent: Agent, call_id: str) -> ToolCall:
@@ -306,6 +305,5 @@ def get_agent_call(agent: Agent, call_id: str) -> ToolCall:
 )
 def read_call(request: HttpRequest, call_id: str, query: Query[WaitQuery]) -> HttpResponse:
     call = get_agent_call(request.agent, call_id)  # type: ignore[attr-defined]
-    if query.wait:
-        call = wait_for(call, query.wait, until_changed_from=call.status)
-    return _json(call_body(call), 200)
+    body = wait_for(call, query.wait, until_changed_from=call.status) if query.wait else call_body(call)
+    return _json(body, 200)

@@ -5,21 +5,45 @@ A mixin of ToolCall; `approvals.execution` and `approvals.tasks` drive it.
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.db import transaction
 from django.utils import timezone
 
-from approvals.rows import compare_and_set, compare_and_set_statement
-from approvals.states import Status
+from agents.models import column_list, instance_from_row
+from approvals.rows import (
+    call_from_row,
+    claim_statement,
+    compare_and_set,
+    compare_and_set_statement,
+    with_tool_and_agent_columns,
+)
+from approvals.serializers import call_body
+from approvals.states import SETTLED_STATUSES, Status
 from approvals.watch import announce
-from audit.chain import one_message_possible, record_if_changed
+from audit.chain import new_event, one_message_possible, record_if_changed
 from audit.models import ActorKind
 
 if TYPE_CHECKING:
+    from approvals.models import ToolCall
     from toolcatalog.executors import Verification
     from toolcatalog.policy import Verdict
+
+
+@dataclass(frozen=True)
+class Sent:
+    """What an execution message says of its call when it was sent (see `ExecutionSteps.claim_as_sent`)."""
+
+    attempts: int
+    agent: str
+    tool: str
+
+    @classmethod
+    def of(cls, call: ToolCall) -> Sent:
+        return cls(attempts=call.attempts, agent=call.agent.name, tool=call.tool.name)
 
 
 class ExecutionSteps:
@@ -73,11 +97,16 @@ class ExecutionSteps:
         if where is None and one_message_possible():
             # PostgreSQL with no transaction open: the change and its events in one round trip.
             change = compare_and_set_statement(self, current, {"status": to, **fields})
-            if not record_if_changed(change, [self.event(action, actor=actor, data=d) for action, d in audits]):
+            # A waiter is told the settled call's body, built from the row as stored (jsonb
+            # and timestamps as a read gives them back), so it need not read the call.
+            returning = column_list(type(self)) if to in SETTLED_STATUSES else ""
+            events = [self.event(action, actor=actor, data=d) for action, d in audits]
+            row = record_if_changed(change, events, returning=returning)
+            if row is None:
                 return False
             self._changed(to, fields)
             if self.worth_announcing():
-                announce(self.pk, self.status)  # committed: record_if_changed returned
+                announce(self.pk, self.status, self._stored_body(row))  # committed: record_if_changed returned
             return True
         # No savepoint: a step inside a caller's transaction commits or rolls back with it.
         with transaction.atomic(savepoint=False):
@@ -91,6 +120,12 @@ class ExecutionSteps:
             for action, data in audits:
                 self.audit(action, actor=actor, data=data)
         return True
+
+    def _stored_body(self, row: tuple[Any, ...]) -> dict[str, Any]:
+        """Return the API body of this call as `row` (all its columns, as just stored) has it."""
+        stored = instance_from_row(type(self), row)
+        stored.tool = self.tool
+        return call_body(stored)
 
     def _changed(self, to: str, fields: dict[str, Any]) -> None:
         self.status = to
@@ -109,6 +144,34 @@ class ExecutionSteps:
             attempts=self.attempts + 1,
             lease_expires_at=expires,
         )
+
+    @classmethod
+    def claim_as_sent(cls, call_id: str, sent: Sent, lease: timedelta) -> ToolCall | None:
+        """`claim` the call an execution message describes, loading it in the same round trip.
+
+        The claim holds only if the call is still as its sender saw it (approved, that
+        attempt number, that tool and agent name: the claim's event names them), so
+        nothing has to be read first. Returns the claimed call, or None (not as sent:
+        claimed already, changed, or renamed; the caller looks, as `claim` does).
+        """
+        expires = timezone.now() + lease
+        attempt = sent.attempts + 1
+        changes = {"status": Status.EXECUTING, "attempts": attempt, "lease_expires_at": expires}
+        data = {"from": Status.APPROVED, "to": Status.EXECUTING, "attempt": attempt}
+        event = new_event(
+            "call.execution_started",
+            cls.WORKER,
+            uuid.UUID(call_id),
+            sent.agent,
+            sent.tool,
+            {**data, "lease_expires_at": expires.isoformat()},
+        )
+        seen = (Status.APPROVED, sent.attempts, sent.tool, sent.agent)
+        model = cast("type[ToolCall]", cls)
+        row = record_if_changed(
+            claim_statement(model, call_id, seen, changes), [event], returning=with_tool_and_agent_columns(model)
+        )
+        return None if row is None else call_from_row(model, row)
 
     def return_for_approval(self, verdict: Verdict, tool_version: int) -> bool:
         """The tool changed after approval: back to pending_approval under its current policy.

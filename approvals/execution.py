@@ -25,8 +25,10 @@ from kombu.pools import ProducerPool
 
 from agents.models import Agent, Grant
 from approvals.errors import ApiError
+from approvals.executing import Sent
 from approvals.models import DecisionKind, Status, ToolCall
 from approvals.rows import with_tool_and_agent
+from audit.chain import one_message_possible
 from toolcatalog.credentials import Scope, mint
 from toolcatalog.executors import ExecutionContext, ExecutorError, Verification, executor_for
 from toolcatalog.models import Tool
@@ -42,19 +44,21 @@ UNCLAIMED_GRACE = timedelta(seconds=5)
 SWEEP_BATCH = 500
 
 
-def enqueue(call_id: str, countdown: float | None = None) -> bool:
-    """Send the execution task; return False (and log) if the broker is unreachable."""
+def enqueue(call: ToolCall, countdown: float | None = None) -> bool:
+    """Send the execution task; return False (and log) if the broker is unreachable.
+
+    The message says what the call is as sent (attempt number, tool and agent names),
+    so the worker can claim it without reading it first (`ToolCall.claim_as_sent`).
+    """
     from approvals.tasks import execute_call
 
-    return _send(execute_call, call_id, countdown)
-
-
-def _send(task: Any, call_id: str, countdown: float | None = None) -> bool:
+    sent = Sent.of(call)
+    kwargs = {"call_id": str(call.pk), "attempts": sent.attempts, "agent": sent.agent, "tool": sent.tool}
     try:
-        with _fail_fast_producers(task.app).acquire(block=True, timeout=2) as producer:
-            task.apply_async(kwargs={"call_id": call_id}, countdown=countdown, retry=False, producer=producer)
+        with _fail_fast_producers(execute_call.app).acquire(block=True, timeout=2) as producer:
+            execute_call.apply_async(kwargs=kwargs, countdown=countdown, retry=False, producer=producer)
     except Exception as exc:  # noqa: BLE001 — any broker failure; the sweeper sends it again
-        log.warning("broker unreachable (%s); %s for call %s left to the sweeper", exc, task.name, call_id)
+        log.warning("broker unreachable (%s); call %s left to the sweeper", exc, call.pk)
         return False
     return True
 
@@ -79,8 +83,7 @@ _producer_pools: dict[tuple[int, int, str | None], ProducerPool] = {}
 
 def enqueue_on_commit(call: ToolCall) -> None:
     """Enqueue the call's execution once the current transaction commits."""
-    call_id = str(call.pk)
-    transaction.on_commit(lambda: enqueue(call_id))
+    transaction.on_commit(lambda: enqueue(call))
 
 
 # ------------------------------------------------------------------ contexts
@@ -194,8 +197,17 @@ class Attempt:
     crash: str = ""
 
 
-def claim(call_id: str) -> ToolCall | None:
-    """Return the call if this delivery won it (approved → executing); None for a duplicate or stale one."""
+def claim(call_id: str, sent: Sent | None = None) -> ToolCall | None:
+    """Return the call if this delivery won it (approved → executing); None for a duplicate or stale one.
+
+    With what the message said of the call (`sent`), the claim is tried first as one
+    round trip that also loads the call; if the call is no longer as sent, it is read
+    and claimed as it is, as for a message that says nothing.
+    """
+    if sent is not None and one_message_possible():
+        call = ToolCall.claim_as_sent(call_id, sent, settings.CELERY_EXECUTION_LEASE)
+        if call is not None:
+            return call
     call = with_tool_and_agent(ToolCall, call_id)
     if call is None or call.status != Status.APPROVED:
         return None
@@ -288,7 +300,7 @@ def _record_failure(call: ToolCall, exc: ExecutorError) -> None:
         return
     delay = backoff(call.attempts)
     if call.fail_attempt(error, retry_at=timezone.now() + timedelta(seconds=delay)):
-        enqueue(str(call.pk), countdown=delay)
+        enqueue(call, countdown=delay)
 
 
 # ------------------------------------------------------------------ the sweeper
@@ -323,7 +335,7 @@ def requeue_unclaimed(now: datetime) -> int:
     count = 0
     for call in calls[:SWEEP_BATCH]:
         # Send first, mark after: if the broker is still down, the next sweep tries again.
-        if enqueue(str(call.pk)):
+        if enqueue(call):
             # Not again before a lease has passed: a busy worker may simply not have got to it yet.
             call.requeue(not_before=now + settings.CELERY_EXECUTION_LEASE)
             count += 1

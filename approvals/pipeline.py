@@ -269,7 +269,7 @@ def _insert_in_one_message(call: ToolCall) -> None:
     record_with([call.insert_statement()], event)
     call.inserted()
     if call.status == Status.APPROVED:
-        execution.enqueue(str(call.pk))  # committed: record_with returned
+        execution.enqueue(call)  # committed: record_with returned
 
 
 def _proposed_data(call: ToolCall) -> dict[str, Any]:

@@ -10,6 +10,7 @@ statement's text once and bind values prepared exactly as the ORM prepares them
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -37,10 +38,16 @@ def insert_statement(instance: models.Model) -> tuple[str, list[Any]]:
 
 
 @cache
+def with_tool_and_agent_columns(model: type[models.Model]) -> str:
+    """Return the columns of a call (alias c), its tool (t) and its agent (a), as `call_from_row` takes them."""
+    return f"{column_list(model, 'c')}, {column_list(Tool, 't')}, {column_list(Agent, 'a')}"
+
+
+@cache
 def _with_tool_and_agent_sql(model: type[models.Model]) -> str:
     table = connection.ops.quote_name(model._meta.db_table)
     return (
-        f"SELECT {column_list(model, 'c')}, {column_list(Tool, 't')}, {column_list(Agent, 'a')} "  # noqa: S608 — names from _meta
+        f"SELECT {with_tool_and_agent_columns(model)} "  # noqa: S608 — names from _meta
         f"FROM {table} c "
         f"JOIN {connection.ops.quote_name(Tool._meta.db_table)} t ON t.id = c.tool_id "
         f"JOIN {connection.ops.quote_name(Agent._meta.db_table)} a ON a.id = c.agent_id "
@@ -55,8 +62,11 @@ def with_tool_and_agent(model: type[ToolCall], pk: Any) -> ToolCall | None:
     with connection.cursor() as cursor:
         cursor.execute(_with_tool_and_agent_sql(model), [model._meta.pk.get_db_prep_value(pk, connection)])
         row = cursor.fetchone()
-    if row is None:
-        return None
+    return None if row is None else call_from_row(model, row)
+
+
+def call_from_row(model: type[ToolCall], row: Sequence[Any]) -> ToolCall:
+    """Build a call with its tool and agent from a row of `with_tool_and_agent_columns`."""
     sizes = [len(m._meta.concrete_fields) for m in (model, Tool)]
     call = instance_from_row(model, row[: sizes[0]])
     call.tool = instance_from_row(Tool, row[sizes[0] : sum(sizes)])
@@ -92,6 +102,32 @@ def compare_and_set_statement(
     params.append(model._meta.pk.get_db_prep_value(instance.pk, connection))
     params.extend(get_field(name).get_db_prep_value(value, connection) for name, value in where.items())
     return sql, params
+
+
+@cache
+def _claim_sql(model: type[models.Model], changes: tuple[str, ...]) -> str:
+    quote = connection.ops.quote_name
+    assignments = ", ".join(f"{quote(model._meta.get_field(name).column)} = %s" for name in changes)
+    return (
+        f"UPDATE {quote(model._meta.db_table)} c SET {assignments} "  # noqa: S608 — names from _meta
+        f"FROM {quote(Tool._meta.db_table)} t, {quote(Agent._meta.db_table)} a "
+        "WHERE c.id = %s AND c.status = %s AND c.attempts = %s "
+        "AND t.id = c.tool_id AND a.id = c.agent_id AND t.name = %s AND a.name = %s"
+    )
+
+
+def claim_statement(
+    model: type[ToolCall], pk: Any, seen: tuple[str, int, str, str], changes: dict[str, Any]
+) -> tuple[str, list[Any]]:
+    """Return an UPDATE of the call `pk` to `changes` if its (status, attempts, tool name, agent name) are `seen`.
+
+    The sender of an execution message saw the call so; if it still is, the claim
+    needs nothing read first (RETURNING `with_tool_and_agent_columns` loads it).
+    """
+    get_field = model._meta.get_field
+    params = [get_field(name).get_db_prep_save(value, connection) for name, value in changes.items()]
+    params.extend([model._meta.pk.get_db_prep_value(pk, connection), *seen])
+    return _claim_sql(model, tuple(changes)), params
 
 
 @cache

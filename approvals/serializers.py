@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from approvals.models import ToolCall
+if TYPE_CHECKING:
+    from approvals.models import ToolCall
 
 
 def _iso(value: datetime | None) -> str | None:

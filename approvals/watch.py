@@ -15,15 +15,18 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import orjson
 import redis
 from django.conf import settings
 from django.db import connection
 from redis.client import PubSub
 
 from approvals.rows import status_of, with_tool_and_agent
+from approvals.serializers import call_body
 from approvals.states import SETTLED_STATUSES, TERMINAL_STATUSES
 
 if TYPE_CHECKING:
@@ -47,19 +50,39 @@ def _client(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=0.25)
 
 
-def announce(call_id: uuid.UUID | str, status: str) -> None:
-    """Tell whoever waits on the call that it is now in `status` (call after the change commits)."""
+def announce(call_id: uuid.UUID | str, status: str, body: dict[str, Any] | None = None) -> None:
+    """Tell whoever waits on the call that it is now in `status` (call after the change commits).
+
+    `body`: the call's API body as committed (built from the row the change returned),
+    when the announcer has it: a waiter then answers with it and reads nothing.
+    """
     url = settings.GATEHOUSE_REDIS_URL
     if not url:
         return
+    message = status if body is None else orjson.dumps({"status": status, "call": body})
     try:
-        _client(url).publish(channel(call_id), status)
+        _client(url).publish(channel(call_id), message)
     except redis.RedisError as exc:  # waiters still read the row every SAFETY_POLL
         log.warning("cannot announce a change of call %s: %s", call_id, exc)
 
 
-# What a change notice says: the status the call moved to, or None for "look".
-NextChange = Callable[[float], str | None]
+@dataclass(frozen=True)
+class Notice:
+    """A change notice: the status the call moved to and, if the announcer had it, its body as committed."""
+
+    status: str
+    body: dict[str, Any] | None = None
+
+    @classmethod
+    def parse(cls, data: bytes) -> Notice:
+        if not data.startswith(b"{"):
+            return cls(data.decode())
+        told = orjson.loads(data)
+        return cls(told["status"], told["call"])
+
+
+# Waits at most the given seconds for a change notice; None for "look".
+NextChange = Callable[[float], Notice | None]
 
 
 def _sleeping() -> NextChange:
@@ -139,7 +162,7 @@ def _changes(call_id: uuid.UUID) -> Iterator[NextChange]:
             return None
         if message is None or message["channel"] != name.encode():  # nothing, or left by an earlier wait
             return None
-        return message["data"].decode()
+        return Notice.parse(message["data"])
 
     try:
         yield next_change
@@ -147,15 +170,15 @@ def _changes(call_id: uuid.UUID) -> Iterator[NextChange]:
         _give_back(url, pubsub, name)
 
 
-def wait_for(call: ToolCall, seconds: float, *, until_changed_from: str | None = None) -> ToolCall:
-    """Return the call once it settles (or leaves `until_changed_from`), or after at most `seconds`."""
+def wait_for(call: ToolCall, seconds: float, *, until_changed_from: str | None = None) -> dict[str, Any]:
+    """Return the call's body once it settles (or leaves `until_changed_from`), or after at most `seconds`."""
     deadline = time.monotonic() + min(seconds, settings.GATEHOUSE_MAX_WAIT_SECONDS)
 
     def ends_wait(status: str) -> bool:
         return status in TERMINAL_STATUSES or (status in SETTLED_STATUSES and status != until_changed_from)
 
     if ends_wait(call.status):
-        return call
+        return call_body(call)
     with _changes(call.pk) as next_change:
         status = status_of(type(call), call.pk)
         while status is not None and not ends_wait(status) and (remaining := deadline - time.monotonic()) > 0:
@@ -164,10 +187,12 @@ def wait_for(call: ToolCall, seconds: float, *, until_changed_from: str | None =
             told = next_change(remaining)
             if told is None:  # nothing said within SAFETY_POLL (or a lost message): look
                 status = status_of(type(call), call.pk)
-            elif ends_wait(told):  # published after its commit: the row is there, or further on
-                status = told
+            elif ends_wait(told.status):  # published after its commit: the row is there, or further on
+                if told.body is not None:
+                    return told.body  # the row as that commit left it: nothing to read
+                status = told.status
             # a status that does not end this wait needs no read
     fresh = with_tool_and_agent(type(call), call.pk)  # once, for the answer
     if fresh is None:
         raise type(call).DoesNotExist(f"call {call.pk} no longer exists")
-    return fresh
+    return call_body(fresh)

@@ -51,7 +51,7 @@ _LOCK_SQL = "SELECT pg_advisory_xact_lock(%s)"
 # to the transaction), and the lock and the appends run only where it did. A step
 # that loses therefore takes no lock and writes nothing, without a round trip to ask.
 _CHANGED_SETTING = "gatehouse.changed"
-_MARK_CHANGED_SQL = f" RETURNING set_config('{_CHANGED_SETTING}', 'yes', true)"
+_MARK_SQL = f"set_config('{_CHANGED_SETTING}', 'yes', true)"
 _IF_CHANGED_SQL = f"current_setting('{_CHANGED_SETTING}', true) = 'yes'"
 _LOCK_IF_CHANGED_SQL = f"{_LOCK_SQL} WHERE {_IF_CHANGED_SQL}"
 _OPEN = (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR)
@@ -218,24 +218,30 @@ def record_with(statements: Sequence[tuple[str, Sequence[Any]]], event: Event) -
     return event
 
 
-def record_if_changed(change: tuple[str, Sequence[Any]], events: Sequence[Event]) -> bool:
+def record_if_changed(
+    change: tuple[str, Sequence[Any]], events: Sequence[Event], returning: str = ""
+) -> tuple[Any, ...] | None:
     """Run a compare-and-set `change` (an UPDATE); if it changed a row, append `events` (`new_event`).
 
     One round trip, in a transaction of its own (`one_message_possible`): BEGIN, the
     change, the chain lock and the appends (both only if the change changed a row)
     and COMMIT — a Django transaction costs four, plus one per event. The row is
-    locked before the chain, as everywhere. Returns whether the change happened
-    (nothing is written otherwise).
+    locked before the chain, as everywhere. Returns the changed row's `returning`
+    columns (an empty tuple for none), or None when nothing changed (and nothing
+    was written).
     """
     sql, values = change
-    return _own_transaction([], (sql + _MARK_CHANGED_SQL, values), events)
+    mark = f" RETURNING {returning}, {_MARK_SQL}" if returning else f" RETURNING {_MARK_SQL}"
+    row = _own_transaction([], (sql + mark, values), events)
+    return None if row is None else tuple(row[:-1])
 
 
 def _own_transaction(
     statements: Sequence[tuple[str, Sequence[Any]]],
     change: tuple[str, Sequence[Any]] | None,
     events: Sequence[Event],
-) -> bool:
+) -> Sequence[Any] | None:
+    """Run it all in one message; return the change's row (an empty one without a change), None if it lost."""
     if not one_message_possible():
         raise RuntimeError("this runs its own transaction, on PostgreSQL, outside any other")
     params = [_append_params(event) for event in events]
@@ -264,11 +270,12 @@ def _own_transaction(
             if conn.info.transaction_status in _OPEN:  # a failed statement left it open and aborted
                 with connection.wrap_database_errors:
                     conn.rollback()
-        if change is not None and changed.rowcount != 1:  # another caller won: nothing was written
-            return False
+        row = changed.fetchone() if change is not None else ()
+        if row is None:  # another caller won: nothing was written
+            return None
         for event, append in zip(events, appends, strict=True):
             _appended(event, append.fetchone())
-    return True
+    return row
 
 
 @transaction.atomic

@@ -59,6 +59,7 @@ def test_an_auto_approved_refund_succeeds_with_one_verified_ledger_row(
     assert body["result"]["valor_centavos"] == 5000
     ledger = Refund.objects.get()
     assert body["result"]["refund_id"] == ledger.refund_id
+    assert api.get(body["id"]).json() == body  # the worker's notice carried the body a read gives
     assert ledger.idempotency_key == f"gatehouse-call-{body['id']}"
     assert ledger.call_id == body["id"]
     assert ledger.approval_ref == "policy:tier-1"

@@ -28,8 +28,8 @@ def pending_call(agent_api: Any, key: str) -> ToolCall:
     return ToolCall.objects.get(pk=response.json()["id"])
 
 
-def wait_in_thread(call_id: Any, until_changed_from: str | None) -> tuple[threading.Thread, list[ToolCall]]:
-    seen: list[ToolCall] = []
+def wait_in_thread(call_id: Any, until_changed_from: str | None) -> tuple[threading.Thread, list[dict[str, Any]]]:
+    seen: list[dict[str, Any]] = []
 
     def run() -> None:
         try:
@@ -70,7 +70,7 @@ def test_a_waiting_request_is_told_when_a_reviewer_decides(
     thread.join(10)
 
     assert not thread.is_alive()
-    assert seen[0].status == "rejected"
+    assert seen[0]["status"] == "rejected"
 
 
 def test_without_redis_a_waiting_request_polls_and_still_sees_the_change(agent_api: Any, settings: Any) -> None:
@@ -82,7 +82,7 @@ def test_without_redis_a_waiting_request_polls_and_still_sees_the_change(agent_a
     thread.join(10)
 
     assert not thread.is_alive()
-    assert seen[0].status == "rejected"
+    assert seen[0]["status"] == "rejected"
 
 
 def test_a_kept_subscriber_ignores_what_an_earlier_wait_left_behind(
@@ -110,5 +110,26 @@ def test_a_kept_subscriber_ignores_what_an_earlier_wait_left_behind(
     assert call.reject(reviewer(), "Not this customer.")
     thread.join(10)
     assert not thread.is_alive()
-    assert seen[0].status == "rejected"
+    assert seen[0]["status"] == "rejected"
     assert watch._idle[url] == [kept]  # the same subscriber, kept again for the next wait
+
+
+def test_a_notice_with_the_call_body_is_the_answer_and_nothing_is_read(
+    agent_api: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(watch, "SAFETY_POLL", NEVER)
+    call = pending_call(agent_api, "watch-body")
+    thread, seen = wait_in_thread(call.pk, until_changed_from="pending_approval")
+    for _ in range(200):
+        if subscribed(call.pk):
+            break
+        thread.join(0.01)
+
+    # Only the notice says so (the row is still pending): the waiter answers with what it was told.
+    told = {"id": str(call.pk), "status": "rejected", "error": {"error": "rejected", "message": "told"}}
+    watch.announce(call.pk, "rejected", told)
+    thread.join(10)
+
+    assert not thread.is_alive()
+    assert seen == [told]
+    assert ToolCall.objects.get(pk=call.pk).status == "pending_approval"

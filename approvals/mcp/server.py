@@ -193,9 +193,7 @@ def propose_and_wait(agent: Agent, proposal: Proposal, wait: float) -> tuple[dic
     outcome = propose(agent, proposal)
     call = outcome.call
     assert call is not None  # dry runs are not offered over MCP
-    if wait:
-        call = wait_for(call, wait)
-    return call_body(call), outcome.replayed
+    return (wait_for(call, wait) if wait else call_body(call)), outcome.replayed
 
 
 def call_status(agent: Agent, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -205,9 +203,7 @@ def call_status(agent: Agent, arguments: dict[str, Any]) -> dict[str, Any]:
         raise ApiError("invalid_arguments", f"The arguments of '{STATUS_TOOL}' are invalid.", errors=problems)
     call = get_agent_call(agent, arguments["call_id"])
     wait = float(arguments.get("wait_seconds", 0))
-    if wait:
-        call = wait_for(call, wait, until_changed_from=call.status)
-    return call_body(call)
+    return wait_for(call, wait, until_changed_from=call.status) if wait else call_body(call)
 
 
 async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> types.CallToolResult:
