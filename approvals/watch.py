@@ -5,7 +5,9 @@ that status on the call's Redis channel once its transaction commits
 (`ToolCall.audit`). A waiting request subscribes *before* it reads the call, so a
 change that commits in between is either in what it reads or in a message it will
 get. A lost message costs at most `SAFETY_POLL`: the waiter reads the status again
-anyway. Without Redis (the embedded demo) it polls, starting short."""
+anyway. A worker step that settles a call sends its API body as stored with the
+status (`Notice`), and the waiter answers with it instead of reading the call.
+Without Redis (the embedded demo) it polls, starting short."""
 
 from __future__ import annotations
 
