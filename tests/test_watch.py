@@ -43,6 +43,16 @@ def wait_in_thread(call_id: Any, until_changed_from: str | None) -> tuple[thread
     return thread, seen
 
 
+def wait_subscribed(call_id: Any, until_changed_from: str | None) -> tuple[threading.Thread, list[dict[str, Any]]]:
+    """`wait_in_thread`, returning once the waiter is subscribed (or after 2 s)."""
+    thread, seen = wait_in_thread(call_id, until_changed_from)
+    for _ in range(200):
+        if subscribed(call_id):
+            break
+        thread.join(0.01)
+    return thread, seen
+
+
 def reviewer() -> Any:
     user = get_user_model().objects.create_user("rita")
     user.user_permissions.add(Permission.objects.get(codename="review_toolcall"))
@@ -60,11 +70,7 @@ def test_a_waiting_request_is_told_when_a_reviewer_decides(
     assert settings.GATEHOUSE_REDIS_URL  # the suite runs with Redis; a missing one is a failure, not a skip
     monkeypatch.setattr(watch, "SAFETY_POLL", NEVER)
     call = pending_call(agent_api, "watch-told")
-    thread, seen = wait_in_thread(call.pk, until_changed_from="pending_approval")
-    for _ in range(200):
-        if subscribed(call.pk):
-            break
-        thread.join(0.01)
+    thread, seen = wait_subscribed(call.pk, until_changed_from="pending_approval")
 
     assert call.reject(reviewer(), "Not this customer.")
     thread.join(10)
@@ -99,11 +105,7 @@ def test_a_kept_subscriber_ignores_what_an_earlier_wait_left_behind(
     watch._give_back(url, kept, watch.channel(earlier.pk))
     monkeypatch.setitem(watch._idle, url, [kept])
 
-    thread, seen = wait_in_thread(call.pk, until_changed_from="pending_approval")
-    for _ in range(200):
-        if subscribed(call.pk):
-            break
-        thread.join(0.01)
+    thread, seen = wait_subscribed(call.pk, until_changed_from="pending_approval")
     thread.join(0.3)
 
     assert thread.is_alive()  # the earlier call's notice did not end this wait
@@ -119,11 +121,7 @@ def test_a_notice_with_the_call_body_is_the_answer_and_nothing_is_read(
 ) -> None:
     monkeypatch.setattr(watch, "SAFETY_POLL", NEVER)
     call = pending_call(agent_api, "watch-body")
-    thread, seen = wait_in_thread(call.pk, until_changed_from="pending_approval")
-    for _ in range(200):
-        if subscribed(call.pk):
-            break
-        thread.join(0.01)
+    thread, seen = wait_subscribed(call.pk, until_changed_from="pending_approval")
 
     # Only the notice says so (the row is still pending): the waiter answers with what it was told.
     told = {"id": str(call.pk), "status": "rejected", "error": {"error": "rejected", "message": "told"}}
