@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
@@ -87,6 +88,28 @@ def test_a_second_delivery_of_the_message_claims_nothing(
     assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     assert len(started_events(call_id)) == 1
     assert ToolCall.objects.get(pk=call_id).attempts == 1
+    assert first_break() is None
+
+
+def test_four_concurrent_deliveries_of_one_message_claim_it_once(
+    sink_broker: RedisServer, demo_services: str, agent_api: Any
+) -> None:
+    call_id = agent_api().propose(refund(1000, idempotency_key="k")).json()["id"]
+    sent = Sent(attempts=0, agent="support-agent", tool="emitir_estorno")
+
+    def claim(_: int) -> bool:
+        try:
+            return execution.claim(call_id, sent) is not None
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        won = list(pool.map(claim, range(4)))
+
+    call = ToolCall.objects.get(pk=call_id)
+    assert won.count(True) == 1
+    assert (call.status, call.attempts) == ("executing", 1)
+    assert len(started_events(call_id)) == 1
     assert first_break() is None
 
 
