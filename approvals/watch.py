@@ -11,6 +11,7 @@ Without Redis (the embedded demo) it polls, starting short."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -21,7 +22,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-import orjson
 import redis
 from django.conf import settings
 from django.db import connection
@@ -61,7 +61,8 @@ def announce(call_id: uuid.UUID | str, status: str, body: dict[str, Any] | None 
     url = settings.GATEHOUSE_REDIS_URL
     if not url:
         return
-    message = status if body is None else orjson.dumps({"status": status, "call": body})
+    # The standard library's json, not orjson: a result may hold integers beyond 64 bits.
+    message = status if body is None else json.dumps({"status": status, "call": body}, ensure_ascii=False)
     try:
         _client(url).publish(channel(call_id), message)
     except redis.RedisError as exc:  # waiters still read the row every SAFETY_POLL
@@ -79,7 +80,7 @@ class Notice:
     def parse(cls, data: bytes) -> Notice:
         if not data.startswith(b"{"):
             return cls(data.decode())
-        told = orjson.loads(data)
+        told = json.loads(data)
         return cls(told["status"], told["call"])
 
 

@@ -124,7 +124,7 @@ def test_a_notice_with_the_call_body_is_the_answer_and_nothing_is_read(
     thread, seen = wait_subscribed(call.pk, until_changed_from="pending_approval")
 
     # Only the notice says so (the row is still pending): the waiter answers with what it was told.
-    told = {"id": str(call.pk), "status": "rejected", "error": {"error": "rejected", "message": "told"}}
+    told = {"id": str(call.pk), "status": "rejected", "result": {"big": 2**70, "name": "São Paulo"}}
     watch.announce(call.pk, "rejected", told)
     thread.join(10)
 
