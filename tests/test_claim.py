@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import base64
 import json
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
+import pytest
 import redis
 from django.conf import settings
 from django.db import connection
@@ -33,6 +33,13 @@ def queued_kwargs(broker: RedisServer) -> list[dict[str, Any]]:
     messages = redis.Redis.from_url(broker.url).lrange("celery", 0, -1)
     bodies = [json.loads(base64.b64decode(json.loads(message)["body"])) for message in reversed(messages)]
     return [kwargs for _args, kwargs, _embed in bodies]
+
+
+@pytest.fixture
+def proposed(sink_broker: RedisServer, demo_services: str, agent_api: Any) -> tuple[str, Sent]:
+    """Return an auto-approved refund whose message waits undelivered, and what that message says of it."""
+    call_id = agent_api().propose(refund(1000, idempotency_key="k")).json()["id"]
+    return call_id, Sent(attempts=0, agent="support-agent", tool="emitir_estorno")
 
 
 def started_events(call_id: str) -> list[Event]:
@@ -75,11 +82,8 @@ def test_a_call_as_sent_is_claimed_and_loaded_without_reading_it_first(
     assert first_break() is None
 
 
-def test_a_second_delivery_of_the_message_claims_nothing(
-    sink_broker: RedisServer, demo_services: str, agent_api: Any
-) -> None:
-    call_id = agent_api().propose(refund(1000, idempotency_key="k")).json()["id"]
-    sent = Sent(attempts=0, agent="support-agent", tool="emitir_estorno")
+def test_a_second_delivery_of_the_message_claims_nothing(proposed: tuple[str, Sent]) -> None:
+    call_id, sent = proposed
     assert execution.claim(call_id, sent) is not None
 
     assert execution.claim(call_id, sent) is None
@@ -91,34 +95,9 @@ def test_a_second_delivery_of_the_message_claims_nothing(
     assert first_break() is None
 
 
-def test_four_concurrent_deliveries_of_one_message_claim_it_once(
-    sink_broker: RedisServer, demo_services: str, agent_api: Any
-) -> None:
-    call_id = agent_api().propose(refund(1000, idempotency_key="k")).json()["id"]
-    sent = Sent(attempts=0, agent="support-agent", tool="emitir_estorno")
-
-    def claim(_: int) -> bool:
-        try:
-            return execution.claim(call_id, sent) is not None
-        finally:
-            connection.close()
-
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        won = list(pool.map(claim, range(4)))
-
-    call = ToolCall.objects.get(pk=call_id)
-    assert won.count(True) == 1
-    assert (call.status, call.attempts) == ("executing", 1)
-    assert len(started_events(call_id)) == 1
-    assert first_break() is None
-
-
-def test_a_call_no_longer_as_sent_is_read_and_claimed_as_it_is(
-    sink_broker: RedisServer, demo_services: str, agent_api: Any
-) -> None:
-    call_id = agent_api().propose(refund(1000, idempotency_key="k")).json()["id"]
+def test_a_call_no_longer_as_sent_is_read_and_claimed_as_it_is(proposed: tuple[str, Sent]) -> None:
+    call_id, sent = proposed
     Agent.objects.filter(name="support-agent").update(name="renamed-agent")  # after the message was sent
-    sent = Sent(attempts=0, agent="support-agent", tool="emitir_estorno")
 
     assert ToolCall.claim_as_sent(call_id, sent, settings.CELERY_EXECUTION_LEASE) is None
     call = execution.claim(call_id, sent)

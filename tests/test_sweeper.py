@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
+import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
@@ -18,6 +19,7 @@ from django.db import connection
 from django.utils import timezone
 
 from approvals import execution
+from approvals.executing import Sent
 from approvals.models import ToolCall
 from approvals.tasks import execute_call
 from audit.chain import first_break
@@ -90,12 +92,17 @@ def test_the_sweeper_expires_pending_calls_past_their_window(
     assert "call.expired" in actions(call_id)
 
 
-def test_only_one_delivery_claims_a_call(sink_broker: RedisServer, demo_services: str, agent_api: Any) -> None:
+@pytest.mark.parametrize("says_what_it_saw", [False, True], ids=["message with the id only", "message as sent"])
+def test_only_one_delivery_claims_a_call(
+    says_what_it_saw: bool, sink_broker: RedisServer, demo_services: str, agent_api: Any
+) -> None:
     call_id = agent_api().propose(refund(1000, idempotency_key="claim")).json()["id"]
+    # As sent, each delivery claims in one round trip (ToolCall.claim_as_sent); otherwise it reads, then claims.
+    sent = Sent(attempts=0, agent="support-agent", tool="emitir_estorno") if says_what_it_saw else None
 
     def claim(_: int) -> bool:
         try:
-            return execution.claim(call_id) is not None
+            return execution.claim(call_id, sent) is not None
         finally:
             connection.close()
 
