@@ -23,7 +23,7 @@ from approvals.rows import (
 )
 from approvals.serializers import call_body
 from approvals.states import SETTLED_STATUSES, Status
-from approvals.watch import announce
+from approvals.watch import announce, can_tell
 from audit.chain import new_event, one_message_possible, record_if_changed
 from audit.models import ActorKind
 
@@ -99,14 +99,15 @@ class ExecutionSteps:
             change = compare_and_set_statement(self, current, {"status": to, **fields})
             # A waiter is told the settled call's body, built from the row as stored (jsonb
             # and timestamps as a read gives them back), so it need not read the call.
-            returning = column_list(type(self)) if to in SETTLED_STATUSES else ""
+            returning = column_list(type(self)) if to in SETTLED_STATUSES and can_tell() else ""
             events = [self.event(action, actor=actor, data=d) for action, d in audits]
             row = record_if_changed(change, events, returning=returning)
             if row is None:
                 return False
             self._changed(to, fields)
             if self.worth_announcing():
-                announce(self.pk, self.status, self._stored_body(row))  # committed: record_if_changed returned
+                body = self._stored_body(row) if row else None
+                announce(self.pk, self.status, body)  # committed: record_if_changed returned
             return True
         # No savepoint: a step inside a caller's transaction commits or rolls back with it.
         with transaction.atomic(savepoint=False):

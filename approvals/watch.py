@@ -52,19 +52,23 @@ def _client(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=0.25)
 
 
+def can_tell() -> bool:
+    """Return whether waiters are told of changes (Redis); without it they poll, and a notice goes nowhere."""
+    return bool(settings.GATEHOUSE_REDIS_URL)
+
+
 def announce(call_id: uuid.UUID | str, status: str, body: dict[str, Any] | None = None) -> None:
     """Tell whoever waits on the call that it is now in `status` (call after the change commits).
 
     `body`: the call's API body as committed (built from the row the change returned),
     when the announcer has it: a waiter then answers with it and reads nothing.
     """
-    url = settings.GATEHOUSE_REDIS_URL
-    if not url:
+    if not can_tell():
         return
     # The standard library's json, not orjson: a result may hold integers beyond 64 bits.
     message = status if body is None else json.dumps({"status": status, "call": body}, ensure_ascii=False)
     try:
-        _client(url).publish(channel(call_id), message)
+        _client(settings.GATEHOUSE_REDIS_URL).publish(channel(call_id), message)
     except redis.RedisError as exc:  # waiters still read the row every SAFETY_POLL
         log.warning("cannot announce a change of call %s: %s", call_id, exc)
 
