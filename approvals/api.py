@@ -19,6 +19,7 @@ from ninja.security import HttpBearer
 from pydantic import BeforeValidator, ConfigDict
 
 from agents import ratelimit
+from agents.grants import authenticate_with_grant
 from agents.models import Agent
 from approvals.errors import ERROR_STATUS, ApiError, error_response
 from approvals.jsonbody import loads_strict
@@ -38,18 +39,55 @@ class StrictJsonParser(Parser):
     """Parse bodies with the strict rules of `approvals.jsonbody`."""
 
     def parse_body(self, request: HttpRequest) -> Any:
-        return loads_strict(request.body)
+        return strict_body(request)
+
+
+def strict_body(request: HttpRequest) -> Any:
+    """Return the request's body parsed by `loads_strict`, once per request."""
+    if not hasattr(request, "strict_body"):
+        request.strict_body = loads_strict(request.body)  # type: ignore[attr-defined]
+    return request.strict_body  # type: ignore[attr-defined]
 
 
 class AgentBearer(HttpBearer):
-    """`Authorization: Bearer <token>` → the active agent holding it."""
+    """`Authorization: Bearer <token>` → the active agent holding it.
+
+    `with_proposed_grant`: for proposals, which need the agent and then its grant for
+    the tool the body names; both are read in one statement. A body that names none
+    (or is not JSON) is authenticated alone, and refused by the parser after.
+    """
+
+    def __init__(self, *, with_proposed_grant: bool = False) -> None:
+        super().__init__()
+        self.with_proposed_grant = with_proposed_grant
 
     def authenticate(self, request: HttpRequest, token: str) -> Agent | None:
-        agent = Agent.authenticate(token)
+        tool_name = _proposed_tool(request) if self.with_proposed_grant else None
+        if tool_name is None:
+            agent = Agent.authenticate(token)
+        else:
+            agent, request.read_grant = authenticate_with_grant(token, tool_name)  # type: ignore[attr-defined]
         if agent is not None:
             enforce_rate_limit(agent)
         request.agent = agent  # type: ignore[attr-defined]
         return agent
+
+
+# Above it, a body is not parsed before its sender is known (what an unauthenticated request can cost).
+PEEK_LIMIT_BYTES = 64 * 1024
+
+
+def _proposed_tool(request: HttpRequest) -> str | None:
+    """Return the tool name a proposal's body gives, or None (a malformed body is reported after authentication)."""
+    if len(request.body) > PEEK_LIMIT_BYTES:
+        return None
+    try:
+        body = strict_body(request)
+    except (ApiError, ValueError):
+        return None
+    tool = body.get("tool") if isinstance(body, dict) else None
+    # PostgreSQL cannot take a NUL in text: such a name is refused by the envelope's checks.
+    return tool if isinstance(tool, str) and "\x00" not in tool else None
 
 
 def enforce_rate_limit(agent: Agent) -> None:
@@ -245,6 +283,7 @@ def list_tools(request: HttpRequest) -> HttpResponse:
 
 @api.post(
     "/tool-calls",
+    auth=AgentBearer(with_proposed_grant=True),
     response={
         200: CallOut | PreviewOut,
         201: CallOut,
@@ -264,7 +303,8 @@ def list_tools(request: HttpRequest) -> HttpResponse:
     "call with the same idempotency key (header Idempotent-Replayed: true), or a dry-run preview.",
 )
 def create_call(request: HttpRequest, payload: ProposalIn, query: Query[WaitQuery]) -> HttpResponse:
-    outcome = propose(request.agent, Proposal(**payload.model_dump()))  # type: ignore[attr-defined]
+    read = getattr(request, "read_grant", None)
+    outcome = propose(request.agent, Proposal(**payload.model_dump()), read)  # type: ignore[attr-defined]
     if outcome.preview is not None and outcome.verdict is not None:
         return _json(
             {

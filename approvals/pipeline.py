@@ -15,7 +15,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agents.breakers import record_failure, record_success
-from agents.grants import find_grant
+from agents.grants import ReadGrant, find_grant
 from agents.models import Agent, Grant
 from approvals import execution
 from approvals.errors import ApiError
@@ -97,14 +97,15 @@ def fill_tool_key(grant: Grant, arguments: dict[str, Any], key: str | None) -> d
     return arguments
 
 
-def resolve_grant(agent: Agent, tool_name: str) -> Grant:
+def resolve_grant(agent: Agent, tool_name: str, read: ReadGrant | None = None) -> Grant:
     """Return the agent's grant for an enabled tool, or refuse without revealing whether it exists.
 
     The grant comes annotated with its circuit breaker's state, and (on PostgreSQL)
     with the current risk tiers as `tier_specs`, so the hot path pays no extra
-    query for either.
+    query for either. `read`: the grant already read with the agent, if it was
+    for this tool (`agents.grants.authenticate_with_grant`).
     """
-    grant = find_grant(agent, tool_name)
+    grant = read.grant if read is not None and read.tool_name == tool_name else find_grant(agent, tool_name)
     if grant is None:
         record_alone(
             "call.refused",
@@ -164,9 +165,9 @@ def refuse_unstorable(arguments: dict[str, Any]) -> None:
         )
 
 
-def propose(agent: Agent, proposal: Proposal) -> Proposed:
-    """Run one proposal through the pipeline; raise ApiError for a refusal."""
-    grant = resolve_grant(agent, proposal.tool)
+def propose(agent: Agent, proposal: Proposal, read: ReadGrant | None = None) -> Proposed:
+    """Run one proposal through the pipeline; raise ApiError for a refusal (`read`: see `resolve_grant`)."""
+    grant = resolve_grant(agent, proposal.tool, read)
     refuse_unstorable(proposal.arguments)
     key = resolve_key(proposal)
     arguments = fill_tool_key(grant, proposal.arguments, key)
