@@ -1,4 +1,4 @@
-"""The bare Celery round trip: the worker marks one row done."""
+"""The bare Celery round trip: the worker marks one row done (and, for the bare composite, says so)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,17 @@ from celery import shared_task
 from django.utils import timezone
 
 from bench.bare.models import BareRow
+from bench.bare.notices import done_channel, redis_client
 
 
 @shared_task(name="bench.bare.touch", ignore_result=True)
 def touch(*, row_id: int) -> None:
     """Mark the row done (the client polls for it)."""
     BareRow.objects.filter(pk=row_id).update(done_at=timezone.now())
+
+
+@shared_task(name="bench.bare.touch_and_tell", ignore_result=True)
+def touch_and_tell(*, row_id: int) -> None:
+    """Mark the row done and publish that it is (the bare composite's request waits for it)."""
+    BareRow.objects.filter(pk=row_id).update(done_at=timezone.now())
+    redis_client().publish(done_channel(row_id), "done")

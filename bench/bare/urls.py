@@ -6,4 +6,7 @@ from django.urls import path
 
 from bench.bare import views
 
-urlpatterns = [path("insert", views.insert, name="bench-bare-insert")]
+urlpatterns = [
+    path("insert", views.insert, name="bench-bare-insert"),
+    path("insert-and-wait", views.insert_and_wait, name="bench-bare-insert-and-wait"),
+]

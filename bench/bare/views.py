@@ -1,14 +1,20 @@
-"""The bare ingest endpoint: parse the proposal's JSON, insert one row, answer 201."""
+"""The bare endpoints: parse the proposal's JSON and insert one row; and the same, queued and waited for."""
 
 from __future__ import annotations
 
 import json
+import time
+from contextlib import closing
 
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from bench.bare.models import BareRow
+from bench.bare.notices import done_channel, redis_client
+from config.celery import app
+
+WAIT_SECONDS = 10.0
 
 
 @csrf_exempt  # a machine endpoint like the agent API; the benchmark sends no cookie
@@ -18,3 +24,24 @@ def insert(request: HttpRequest) -> JsonResponse:
     body = json.loads(request.body)
     row = BareRow.objects.create(key=body["idempotency_key"], payload=body)
     return JsonResponse({"id": row.pk}, status=201)
+
+
+@csrf_exempt
+@require_POST
+def insert_and_wait(request: HttpRequest) -> JsonResponse:
+    """Insert one row, queue the bare task for it and answer once the worker says it marked it.
+
+    An auto-approved call's shape with none of Gatehouse's steps: one insert, one
+    Celery message, one update by the worker, one Redis notice to the waiting
+    request. What it costs is the floor of that shape on this stack.
+    """
+    body = json.loads(request.body)
+    row = BareRow.objects.create(key=body["idempotency_key"], payload=body)
+    with closing(redis_client().pubsub(ignore_subscribe_messages=True)) as pubsub:
+        pubsub.subscribe(done_channel(row.pk))  # before the message is sent: the notice cannot be missed
+        app.send_task("bench.bare.touch_and_tell", kwargs={"row_id": row.pk})
+        deadline = time.monotonic() + WAIT_SECONDS
+        while pubsub.get_message(timeout=max(0.0, deadline - time.monotonic())) is None:
+            if time.monotonic() >= deadline:
+                return JsonResponse({"id": row.pk, "done": False}, status=504)
+    return JsonResponse({"id": row.pk, "done": True}, status=201)
