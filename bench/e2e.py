@@ -13,6 +13,9 @@ from bench.settings import BenchSettings
 from bench.stats import Spread, percentile
 
 POLL_SECONDS = 0.0005
+# Each run's calls are measured in this many rounds of short blocks (see `measure`).
+ROUNDS_PER_RUN = 5
+MEASUREMENTS = ("demo_service", "instant", "bare_post", "bare_celery", "bare_composite")
 
 
 # The bench's copy of search_seats whose downstream answers at once (bench/downstream.py).
@@ -109,7 +112,7 @@ def bare_celery_round_trip() -> float:
 
 
 def measure(settings: BenchSettings, tokens: dict[str, str], log: object = print) -> E2EResults:
-    """Measure the four latencies sequentially (one client), `settings.runs` times, interleaved."""
+    """Measure the latencies sequentially (one client), `settings.runs` times, in interleaved blocks."""
     results = E2EResults()
     agent = "box-office-agent"
     token = tokens[agent]
@@ -122,15 +125,20 @@ def measure(settings: BenchSettings, tokens: dict[str, str], log: object = print
             bare_celery_round_trip()
             bare_composite(client)
         for run in range(1, settings.runs + 1):
-            results.demo_service.append(
-                [_timed(lambda: gatehouse_round_trip(client, token)) for _ in range(settings.e2e_calls)]
-            )
-            results.instant.append(
-                [_timed(lambda: gatehouse_round_trip(client, token, INSTANT_TOOL)) for _ in range(settings.e2e_calls)]
-            )
-            results.bare_post.append([_timed(lambda: bare_post(client)) for _ in range(settings.e2e_calls * 2)])
-            results.bare_celery.append([bare_celery_round_trip() for _ in range(settings.e2e_calls * 2)])
-            results.bare_composite.append([_timed(lambda: bare_composite(client)) for _ in range(settings.e2e_calls)])
+            samples: dict[str, list[float]] = {name: [] for name in MEASUREMENTS}
+            # Short blocks, one of each in turn: a slow spell of the machine (a checkpoint,
+            # a neighbour's job) falls on every measurement of the run alike.
+            for _ in range(ROUNDS_PER_RUN):
+                block = max(1, settings.e2e_calls // ROUNDS_PER_RUN)
+                samples["demo_service"] += [_timed(lambda: gatehouse_round_trip(client, token)) for _ in range(block)]
+                samples["instant"] += [
+                    _timed(lambda: gatehouse_round_trip(client, token, INSTANT_TOOL)) for _ in range(block)
+                ]
+                samples["bare_post"] += [_timed(lambda: bare_post(client)) for _ in range(block * 2)]
+                samples["bare_celery"] += [bare_celery_round_trip() for _ in range(block * 2)]
+                samples["bare_composite"] += [_timed(lambda: bare_composite(client)) for _ in range(block)]
+            for name, values in samples.items():
+                getattr(results, name).append(values)
             log(
                 f"  e2e run {run}: gatehouse p50 {percentile(results.instant[-1], 50):.1f} ms with the instant "
                 f"downstream, {percentile(results.demo_service[-1], 50):.1f} ms with the demo service, "

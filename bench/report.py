@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import verify as verify_scenario
-from bench.e2e import E2EResults
+from bench.e2e import ROUNDS_PER_RUN, E2EResults
 from bench.environment import Machine
 from bench.ingest import CONCURRENCIES, IngestResults
 from bench.pages import PAGES, PageResults
@@ -192,6 +192,8 @@ def e2e_section(r: Results) -> list[str]:
         "enqueue `bench.bare.touch` on "
         f"the same Redis broker, poll the row until the worker has updated it, {s.e2e_calls * 2} per run. "
         "The bare composite is below the table. "
+        f"Each run measures in {ROUNDS_PER_RUN} rounds of short blocks, one of each measurement in turn, so a "
+        "slow spell of the machine falls on all of them alike. "
         "Before the first run the calls table is vacuumed, as autovacuum would after the ingest scenario's "
         "executions (findings, 18).",
         "",

@@ -40,7 +40,7 @@ class BenchSettings:
     duration: float = _float("BENCH_DURATION", 8.0)
     warmup: float = _float("BENCH_WARMUP", 2.0)
     page_duration: float = _float("BENCH_PAGE_DURATION", 4.0)
-    e2e_calls: int = _int("BENCH_E2E_CALLS", 60)
+    e2e_calls: int = _int("BENCH_E2E_CALLS", 100)
     pending_calls: int = _int("BENCH_PENDING_CALLS", 100_000)
     audit_events: int = _int("BENCH_AUDIT_EVENTS", 1_000_000)
     small_pending_calls: int = _int("BENCH_SMALL_PENDING_CALLS", 1_000)
