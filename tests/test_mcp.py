@@ -18,6 +18,7 @@ import httpx2
 import mcp.types as types
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.db import connection
 from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
@@ -341,6 +342,15 @@ def test_malformed_json_rpc_gets_the_json_rpc_error_never_a_500(
     assert response.json()["error"]["code"] == code
 
 
+def disable(tool: Any) -> None:
+    """Disable the tool from a worker thread, giving that thread's database connection back after."""
+    tool.enabled = False
+    try:
+        tool.save()
+    finally:
+        connection.close()  # else the thread keeps a pooled connection past the test database's teardown
+
+
 def test_tools_list_changed_reaches_a_listening_client_when_the_catalog_changes(
     live_asgi: LiveAsgi, box_office: str, catalog: dict, settings: Any
 ) -> None:
@@ -350,9 +360,7 @@ def test_tools_list_changed_reaches_a_listening_client_when_the_catalog_changes(
         async with auto_client(live_asgi.mcp_url, box_office) as client:
             announced = client.server_capabilities.tools.list_changed
             async with client.listen(tools_list_changed=True) as subscription:
-                tool = catalog["release_hold"]
-                tool.enabled = False
-                await asyncio.to_thread(tool.save)
+                await asyncio.to_thread(disable, catalog["release_hold"])
                 with anyio_fail_after(10):
                     event = await subscription.__anext__()
             names = [tool.name for tool in (await client.list_tools()).tools]
