@@ -15,8 +15,9 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pytest
-from django.db import connection
-from django.test import Client
+from django.core.management.base import CommandError
+from django.db import OperationalError, connection
+from django.test import Client, TransactionTestCase
 
 from agents.models import Agent
 from agents.provisioning import create_or_update_agent
@@ -67,6 +68,38 @@ def _flushable_audit_table(request: pytest.FixtureRequest) -> Iterator[None]:
     set_truncate_trigger(enabled=True)
     yield
     set_truncate_trigger(enabled=False)
+
+
+FLUSH_ATTEMPTS = 3
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _flush_survives_a_deadlock() -> Iterator[None]:
+    """Retry a transactional test's flush that PostgreSQL chose as a deadlock's victim.
+
+    A module's Celery worker runs beat, whose sweeper reads calls with their agent and
+    tool every second; the flush's TRUNCATE locks the same tables in another order, so
+    now and then one of the two is cancelled. A cancelled TRUNCATE was rolled back
+    whole: running it again is the same flush.
+    """
+    original = TransactionTestCase._fixture_teardown
+
+    def fixture_teardown(self: TransactionTestCase) -> None:
+        for attempt in range(1, FLUSH_ATTEMPTS + 1):
+            try:
+                return original(self)
+            except CommandError as exc:
+                if attempt == FLUSH_ATTEMPTS or not _deadlocked(exc):
+                    raise
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(TransactionTestCase, "_fixture_teardown", fixture_teardown)
+        yield
+
+
+def _deadlocked(exc: BaseException) -> bool:
+    cause = exc.__cause__
+    return isinstance(cause, OperationalError) and "deadlock detected" in str(cause)
 
 
 def set_truncate_trigger(*, enabled: bool) -> None:
