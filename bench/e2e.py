@@ -77,17 +77,20 @@ def gatehouse_round_trip(client: httpx.Client, token: str, tool: str = "search_s
         raise RuntimeError(f"auto-approved call ended {response.status_code} {status}: {response.text[:300]}")
 
 
+def _bare_body() -> dict[str, object]:
+    """The same kind of body as a proposal's, with a fresh key (the bare table's key is unique)."""
+    return {"tool": "search_seats", "arguments": TIER0_ARGUMENTS, "idempotency_key": f"e2e-{uuid.uuid4().hex}"}
+
+
 def bare_post(client: httpx.Client) -> None:
     """POST the same kind of body to the bare insert endpoint."""
-    body = {"tool": "search_seats", "arguments": TIER0_ARGUMENTS, "idempotency_key": f"e2e-{uuid.uuid4().hex}"}
-    if client.post("/bench/insert", json=body).status_code != 201:
+    if client.post("/bench/insert", json=_bare_body()).status_code != 201:
         raise RuntimeError("the bare endpoint did not answer 201")
 
 
 def bare_composite(client: httpx.Client) -> None:
     """POST the same body to the bare composite: insert, queue, the worker marks the row, the request is told."""
-    body = {"tool": "search_seats", "arguments": TIER0_ARGUMENTS, "idempotency_key": f"e2e-{uuid.uuid4().hex}"}
-    if client.post("/bench/insert-and-wait", json=body).status_code != 201:
+    if client.post("/bench/insert-and-wait", json=_bare_body()).status_code != 201:
         raise RuntimeError("the bare composite did not answer 201")
 
 
@@ -124,12 +127,12 @@ def measure(settings: BenchSettings, tokens: dict[str, str], log: object = print
             bare_post(client)
             bare_celery_round_trip()
             bare_composite(client)
+        block = max(1, settings.e2e_calls // ROUNDS_PER_RUN)
         for run in range(1, settings.runs + 1):
             samples: dict[str, list[float]] = {name: [] for name in MEASUREMENTS}
             # Short blocks, one of each in turn: a slow spell of the machine (a checkpoint,
             # a neighbour's job) falls on every measurement of the run alike.
             for _ in range(ROUNDS_PER_RUN):
-                block = max(1, settings.e2e_calls // ROUNDS_PER_RUN)
                 samples["demo_service"] += [_timed(lambda: gatehouse_round_trip(client, token)) for _ in range(block)]
                 samples["instant"] += [
                     _timed(lambda: gatehouse_round_trip(client, token, INSTANT_TOOL)) for _ in range(block)

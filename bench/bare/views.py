@@ -21,8 +21,7 @@ WAIT_SECONDS = 10.0
 @require_POST
 def insert(request: HttpRequest) -> JsonResponse:
     """Store the posted JSON object as one row; return its id."""
-    body = json.loads(request.body)
-    row = BareRow.objects.create(key=body["idempotency_key"], payload=body)
+    row = _stored(request)
     return JsonResponse({"id": row.pk}, status=201)
 
 
@@ -35,8 +34,7 @@ def insert_and_wait(request: HttpRequest) -> JsonResponse:
     Celery message, one update by the worker, one Redis notice to the waiting
     request. What it costs is the floor of that shape on this stack.
     """
-    body = json.loads(request.body)
-    row = BareRow.objects.create(key=body["idempotency_key"], payload=body)
+    row = _stored(request)
     with closing(redis_client().pubsub(ignore_subscribe_messages=True)) as pubsub:
         pubsub.subscribe(done_channel(row.pk))  # before the message is sent: the notice cannot be missed
         app.send_task("bench.bare.touch_and_tell", kwargs={"row_id": row.pk})
@@ -45,3 +43,9 @@ def insert_and_wait(request: HttpRequest) -> JsonResponse:
             if time.monotonic() >= deadline:
                 return JsonResponse({"id": row.pk, "done": False}, status=504)
     return JsonResponse({"id": row.pk, "done": True}, status=201)
+
+
+def _stored(request: HttpRequest) -> BareRow:
+    """Parse the posted JSON object and insert it as one row."""
+    body = json.loads(request.body)
+    return BareRow.objects.create(key=body["idempotency_key"], payload=body)
