@@ -150,3 +150,18 @@ def test_an_event_stamped_on_a_whole_second_verifies_in_both_walks() -> None:
 
     assert next(iter_breaks(), None) is None
     assert first_break(workers=2, parallel_min=1) is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_data_that_orjson_writes_differently_verifies_by_the_exact_form_and_an_edit_is_still_named() -> None:
+    from audit.chain import iter_breaks
+
+    # orjson refuses integers beyond 64 bits and writes 1e-07 as 1e-7; canonical_json decides both.
+    for value in (2**70, 1e-07, 2**70):
+        record_alone("test.odd_json", actor=ACTOR, data={"value": value})
+
+    assert next(iter_breaks(), None) is None
+    assert first_break(workers=2, parallel_min=1) is None
+    with transaction.atomic():
+        tamper("UPDATE audit_event SET data = %s WHERE seq = 3", ['{"value": 1180591620717411303425}'])
+    assert (first_break(workers=2, parallel_min=1).seq, next(iter_breaks()).seq) == (3, 3)
