@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
@@ -15,7 +16,6 @@ from bench.stats import Spread, percentile
 POLL_SECONDS = 0.0005
 # Each run's calls are measured in this many rounds of short blocks (see `measure`).
 ROUNDS_PER_RUN = 5
-MEASUREMENTS = ("demo_service", "instant", "bare_post", "bare_celery", "bare_composite")
 
 
 # The bench's copy of search_seats whose downstream answers at once (bench/downstream.py).
@@ -121,25 +121,25 @@ def measure(settings: BenchSettings, tokens: dict[str, str], log: object = print
     token = tokens[agent]
     add_instant_tool(settings, agent)
     with httpx.Client(base_url=settings.base_url, timeout=30) as client:
-        for _ in range(5):  # warm: connections, producer pool, compiled validators
-            gatehouse_round_trip(client, token)
-            gatehouse_round_trip(client, token, INSTANT_TOOL)
-            bare_post(client)
-            bare_celery_round_trip()
-            bare_composite(client)
         block = max(1, settings.e2e_calls // ROUNDS_PER_RUN)
+        # Each measurement (an E2EResults field): one sample in ms, and how many a block takes.
+        measurements: dict[str, tuple[Callable[[], float], int]] = {
+            "demo_service": (lambda: _timed(lambda: gatehouse_round_trip(client, token)), block),
+            "instant": (lambda: _timed(lambda: gatehouse_round_trip(client, token, INSTANT_TOOL)), block),
+            "bare_post": (lambda: _timed(lambda: bare_post(client)), block * 2),
+            "bare_celery": (bare_celery_round_trip, block * 2),
+            "bare_composite": (lambda: _timed(lambda: bare_composite(client)), block),
+        }
+        for _ in range(5):  # warm: connections, producer pool, compiled validators
+            for once, _per_block in measurements.values():
+                once()
         for run in range(1, settings.runs + 1):
-            samples: dict[str, list[float]] = {name: [] for name in MEASUREMENTS}
+            samples: dict[str, list[float]] = {name: [] for name in measurements}
             # Short blocks, one of each in turn: a slow spell of the machine (a checkpoint,
             # a neighbour's job) falls on every measurement of the run alike.
             for _ in range(ROUNDS_PER_RUN):
-                samples["demo_service"] += [_timed(lambda: gatehouse_round_trip(client, token)) for _ in range(block)]
-                samples["instant"] += [
-                    _timed(lambda: gatehouse_round_trip(client, token, INSTANT_TOOL)) for _ in range(block)
-                ]
-                samples["bare_post"] += [_timed(lambda: bare_post(client)) for _ in range(block * 2)]
-                samples["bare_celery"] += [bare_celery_round_trip() for _ in range(block * 2)]
-                samples["bare_composite"] += [_timed(lambda: bare_composite(client)) for _ in range(block)]
+                for name, (once, per_block) in measurements.items():
+                    samples[name] += [once() for _ in range(per_block)]
             for name, values in samples.items():
                 getattr(results, name).append(values)
             log(

@@ -71,6 +71,7 @@ def _flushable_audit_table(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 FLUSH_ATTEMPTS = 3
+DEADLOCK_DETECTED = "40P01"  # PostgreSQL's SQLSTATE
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -98,8 +99,10 @@ def _flush_survives_a_deadlock() -> Iterator[None]:
 
 
 def _deadlocked(exc: BaseException) -> bool:
+    # flush's CommandError ← Django's OperationalError ← the driver's error, whose SQLSTATE
+    # (40P01) names a deadlock in any server language, unlike its message.
     cause = exc.__cause__
-    return isinstance(cause, OperationalError) and "deadlock detected" in str(cause)
+    return isinstance(cause, OperationalError) and getattr(cause.__cause__, "sqlstate", None) == DEADLOCK_DETECTED
 
 
 def set_truncate_trigger(*, enabled: bool) -> None:

@@ -20,6 +20,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         started = time.perf_counter()
+        count = Event.objects.count()
+        # A million events take seconds: say what is being walked before the walk starts.
+        self.stdout.write(f"Verifying the audit chain: {count:,} events…")
         broken = first_break()
         if broken is not None:
             raise CommandError(f"audit chain broken at event #{broken.seq}: {broken.reason}")
@@ -28,7 +31,6 @@ class Command(BaseCommand):
                 problems = checkpoint_problems(handle)
             if problems:
                 raise CommandError("audit checkpoints do not match: " + "; ".join(problems))
-        count = Event.objects.count()
         elapsed = time.perf_counter() - started
         rate = f", {count / elapsed:,.0f} events/s" if elapsed and count else ""
         self.stdout.write(self.style.SUCCESS(f"audit chain intact: {count} events in {elapsed:.2f} s{rate}"))
