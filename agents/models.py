@@ -28,6 +28,7 @@ def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
+@cache  # asked for by every step that settles a call
 def column_list(model: type[models.Model], alias: str = "") -> str:
     """Return the model's concrete columns, quoted, in field order: what `instance_from_row` takes back."""
     prefix = f"{alias}." if alias else ""

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -226,6 +229,46 @@ def test_the_http_executor_classifies_an_unreachable_downstream_as_retryable(set
 
     with pytest.raises(RetryableError):
         HttpExecutor("/demo-services/tools/emitir_estorno").execute(executor_context())
+
+
+class CookieSettingDownstream(BaseHTTPRequestHandler):
+    """Answers every POST with `{}` and a session cookie; keeps the Cookie header each request carried."""
+
+    protocol_version = "HTTP/1.1"  # keep-alive, as the executor's pool uses it
+    cookies_seen: list[str | None] = []
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).cookies_seen.append(self.headers.get("Cookie"))
+        self.send_response(200)
+        self.send_header("Set-Cookie", "session=from-an-earlier-call; Path=/")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def cookie_setting_downstream() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), CookieSettingDownstream)
+    CookieSettingDownstream.cookies_seen = []
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/tools/search"
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_http_executor_sends_no_cookie_a_downstream_set_on_an_earlier_call(cookie_setting_downstream: str) -> None:
+    # Each request carries its own call's credential and nothing another call was given.
+    executor = HttpExecutor(cookie_setting_downstream)
+
+    executor.execute(executor_context("credential-of-call-1"))
+    executor.execute(executor_context("credential-of-call-2"))
+
+    assert CookieSettingDownstream.cookies_seen == [None, None]
 
 
 def test_the_http_executor_classifies_a_4xx_as_permanent(demo_services: str) -> None:
