@@ -20,6 +20,7 @@ from demo.models import Order, Refund
 from tests.conftest import refund
 from tests.processes import CeleryWorker, free_port, wait_until
 from toolcatalog.executors import ExecutionContext, PermanentError, RetryableError
+from toolcatalog.executors import http as http_executor
 from toolcatalog.executors.http import HttpExecutor
 
 pytestmark = pytest.mark.worker
@@ -231,15 +232,15 @@ def test_the_http_executor_classifies_an_unreachable_downstream_as_retryable(set
         HttpExecutor("/demo-services/tools/emitir_estorno").execute(executor_context())
 
 
-class CookieSettingDownstream(BaseHTTPRequestHandler):
-    """Answers every POST with `{}` and a session cookie; keeps the Cookie header each request carried."""
+class RecordingDownstream(BaseHTTPRequestHandler):
+    """Answers every POST with `{}` and a session cookie; keeps each request's target and Cookie header."""
 
     protocol_version = "HTTP/1.1"  # keep-alive, as the executor's pool uses it
-    cookies_seen: list[str | None] = []
+    seen: list[tuple[str, str | None]] = []
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers["Content-Length"]))
-        type(self).cookies_seen.append(self.headers.get("Cookie"))
+        type(self).seen.append((self.path, self.headers.get("Cookie")))
         self.send_response(200)
         self.send_header("Set-Cookie", "session=from-an-earlier-call; Path=/")
         self.send_header("Content-Type", "application/json")
@@ -252,23 +253,39 @@ class CookieSettingDownstream(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def cookie_setting_downstream() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), CookieSettingDownstream)
-    CookieSettingDownstream.cookies_seen = []
+def recording_downstream() -> Iterator[str]:
+    """Serve RecordingDownstream on a free port; yield its base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), RecordingDownstream)
+    RecordingDownstream.seen = []
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/tools/search"
+    yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
 
 
-def test_the_http_executor_sends_no_cookie_a_downstream_set_on_an_earlier_call(cookie_setting_downstream: str) -> None:
+def test_the_http_executor_sends_no_cookie_a_downstream_set_on_an_earlier_call(recording_downstream: str) -> None:
     # Each request carries its own call's credential and nothing another call was given.
-    executor = HttpExecutor(cookie_setting_downstream)
+    executor = HttpExecutor(f"{recording_downstream}/tools/search")
 
     executor.execute(executor_context("credential-of-call-1"))
     executor.execute(executor_context("credential-of-call-2"))
 
-    assert CookieSettingDownstream.cookies_seen == [None, None]
+    assert [cookie for _, cookie in RecordingDownstream.seen] == [None, None]
+
+
+def test_the_http_executor_goes_through_the_proxy_the_environment_names(
+    recording_downstream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("http_proxy", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", recording_downstream)
+    # The environment is read once per process, as the pools are built: start this one afresh.
+    monkeypatch.setattr(http_executor, "_environment_proxies", None)
+    monkeypatch.setattr(http_executor, "_pools", {})
+
+    HttpExecutor("http://downstream.invalid/tools/search").execute(executor_context())
+
+    assert RecordingDownstream.seen == [("http://downstream.invalid/tools/search", None)]
 
 
 def test_the_http_executor_classifies_a_4xx_as_permanent(demo_services: str) -> None:

@@ -17,9 +17,13 @@ any other 4xx will not (PermanentError).
 from __future__ import annotations
 
 import json
+import os
 import threading
+import urllib.request
 from typing import Any
+from urllib.parse import urlsplit
 
+import certifi
 import urllib3
 from django.conf import settings
 from urllib3.exceptions import HTTPError, NewConnectionError, TimeoutError
@@ -39,12 +43,15 @@ RETRYABLE_STATUSES = frozenset({408, 425, 429})
 # Kept-alive connections per downstream host: the web server's threads ask for previews concurrently.
 CONNECTIONS_PER_HOST = 8
 
-_pool: urllib3.PoolManager | None = None
-_pool_lock = threading.Lock()
+# This process's pools, by the proxy they go through ("" for none); the environment's
+# proxies are read once, as an HTTP client reads them when it is built.
+_pools: dict[str, urllib3.PoolManager] = {}
+_environment_proxies: dict[str, str] | None = None
+_pools_lock = threading.Lock()
 
 
-def shared_pool() -> urllib3.PoolManager:
-    """Return this process's connection pool, built on first use (after any fork).
+def pool_for(url: str) -> urllib3.PoolManager:
+    """Return this process's connection pool for `url`, built on first use (after any fork).
 
     A fresh connection per call adds a TCP handshake: one per execution, preview and
     verification was most of an auto-approved call's latency (docs/benchmarks.md).
@@ -53,12 +60,39 @@ def shared_pool() -> urllib3.PoolManager:
     call's request; only the call's own credential does. No retries and no
     redirects: the worker decides what is retried, with the same idempotency key.
     """
-    global _pool
-    if _pool is None:
-        with _pool_lock:
-            if _pool is None:
-                _pool = urllib3.PoolManager(timeout=TIMEOUT, retries=False, maxsize=CONNECTIONS_PER_HOST)
-    return _pool
+    global _environment_proxies
+    with _pools_lock:
+        if _environment_proxies is None:
+            _environment_proxies = urllib.request.getproxies()
+        proxy = _proxy_for(url, _environment_proxies)
+        pool = _pools.get(proxy)
+        if pool is None:
+            pool = _pools[proxy] = _new_pool(proxy)
+    return pool
+
+
+def _proxy_for(url: str, proxies: dict[str, str]) -> str:
+    """Return the proxy HTTP(S)_PROXY or ALL_PROXY name for `url`, unless NO_PROXY exempts its host; or ""."""
+    parts = urlsplit(url)
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    if not proxy or urllib.request.proxy_bypass(parts.hostname or ""):
+        return ""
+    return proxy
+
+
+def _new_pool(proxy: str) -> urllib3.PoolManager:
+    options: dict[str, Any] = {"timeout": TIMEOUT, "retries": False, "maxsize": CONNECTIONS_PER_HOST}
+    options.update(_trusted_certificates())
+    return urllib3.ProxyManager(proxy, **options) if proxy else urllib3.PoolManager(**options)
+
+
+def _trusted_certificates() -> dict[str, str]:
+    """Return whom TLS trusts, as HTTP clients commonly decide: SSL_CERT_FILE, else SSL_CERT_DIR, else certifi."""
+    if cert_file := os.environ.get("SSL_CERT_FILE"):
+        return {"ca_certs": cert_file}
+    if cert_dir := os.environ.get("SSL_CERT_DIR"):
+        return {"ca_cert_dir": cert_dir}
+    return {"ca_certs": certifi.where()}
 
 
 class HttpExecutor(Executor):
@@ -110,7 +144,7 @@ class HttpExecutor(Executor):
         url = self.url(suffix)
         data = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
         try:
-            response = shared_pool().request("POST", url, body=data, headers=headers)
+            response = pool_for(url).request("POST", url, body=data, headers=headers)
         except TimeoutError as exc:
             if isinstance(exc, NewConnectionError):  # urllib3 files a refused connection under timeouts
                 raise RetryableError(f"{url} unreachable: {exc}", detail={"url": url}) from exc
