@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,9 +21,8 @@ from audit.chain import first_break
 from audit.models import Event
 from demo.models import Order, Refund
 from tests.conftest import refund
-from tests.processes import CeleryWorker, free_port, wait_until
+from tests.processes import BASE_DIR, CeleryWorker, free_port, wait_until
 from toolcatalog.executors import ExecutionContext, PermanentError, RetryableError
-from toolcatalog.executors import http as http_executor
 from toolcatalog.executors.http import HttpExecutor
 
 pytestmark = pytest.mark.worker
@@ -273,18 +275,25 @@ def test_the_http_executor_sends_no_cookie_a_downstream_set_on_an_earlier_call(r
     assert [cookie for _, cookie in RecordingDownstream.seen] == [None, None]
 
 
-def test_the_http_executor_goes_through_the_proxy_the_environment_names(
-    recording_downstream: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    for name in ("http_proxy", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HTTP_PROXY", recording_downstream)
-    # The environment is read once per process, as the pools are built: start this one afresh.
-    monkeypatch.setattr(http_executor, "_environment_proxies", None)
-    monkeypatch.setattr(http_executor, "_pools", {})
+# An execution in a process of its own: the executor reads the environment once per process, as a worker starts.
+EXECUTE_IN_A_FRESH_PROCESS = """
+import django
+django.setup()
+from toolcatalog.executors import ExecutionContext
+from toolcatalog.executors.http import HttpExecutor
+context = ExecutionContext("search_seats", {}, None, "c-1", "box-office-agent", "k-1", "credential")
+HttpExecutor("http://downstream.invalid/tools/search").execute(context)
+"""
+PROXY_VARIABLES = {"http_proxy", "https_proxy", "all_proxy", "no_proxy"}
 
-    HttpExecutor("http://downstream.invalid/tools/search").execute(executor_context())
 
+def test_the_http_executor_goes_through_the_proxy_the_environment_names(recording_downstream: str) -> None:
+    env = {name: value for name, value in os.environ.items() if name.lower() not in PROXY_VARIABLES}
+    env["HTTP_PROXY"] = recording_downstream
+
+    subprocess.run([sys.executable, "-c", EXECUTE_IN_A_FRESH_PROCESS], cwd=BASE_DIR, env=env, check=True, timeout=60)
+
+    # The request reached the proxy, asking for the downstream by its full URL (that host does not exist).
     assert RecordingDownstream.seen == [("http://downstream.invalid/tools/search", None)]
 
 
