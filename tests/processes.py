@@ -1,5 +1,7 @@
 """Fixtures that start real processes: Celery workers (with beat embedded) and private Redis servers.
 
+Also a real HTTP server in a thread (`http_server`), for tests that need a peer to talk to.
+
 A worker is a real `celery -A config worker` process on the test database (the one
 pytest-django created, by name) that calls the demo services of pytest-django's
 live server. Killing it is SIGKILL to its whole process group, as an OOM killer
@@ -13,10 +15,12 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -42,6 +46,18 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@contextmanager
+def http_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """Serve `handler` on a free loopback port from a thread; yield its base URL (http://127.0.0.1:PORT)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05) -> Any:

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -13,6 +12,7 @@ from django.utils.html import escape
 
 from audit.models import Event
 from tests.admin_client import AdminBrowser
+from tests.processes import http_server
 from toolcatalog.models import RiskRule, RiskTier, Tool
 from toolcatalog.schema import compile_validator
 
@@ -39,11 +39,8 @@ def schema_server() -> Iterator[tuple[str, list[str]]]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}/schema.json", asked
-    server.shutdown()
+    with http_server(Handler) as url:
+        yield f"{url}/schema.json", asked
 
 
 def tool_url(tool: Tool) -> str:

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections.abc import Iterator, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -30,6 +29,7 @@ from approvals.pipeline import derive_key
 from demo.models import Hold
 from tests.conftest import AgentFactory
 from tests.mcp_server import LiveAsgi
+from tests.processes import http_server
 
 
 @pytest.fixture
@@ -150,15 +150,13 @@ class ChatCompletions(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def llm_endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), ChatCompletions)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    monkeypatch.setenv("GATEHOUSE_LLM_URL", url)
-    monkeypatch.setenv("GATEHOUSE_LLM_MODEL", "scripted-test-model")
-    monkeypatch.setenv("GATEHOUSE_LLM_API_KEY", "sk-test")
     ChatCompletions.requests = []
-    yield url
-    server.shutdown()
+    with http_server(ChatCompletions) as base:
+        url = f"{base}/v1"
+        monkeypatch.setenv("GATEHOUSE_LLM_URL", url)
+        monkeypatch.setenv("GATEHOUSE_LLM_MODEL", "scripted-test-model")
+        monkeypatch.setenv("GATEHOUSE_LLM_API_KEY", "sk-test")
+        yield url
 
 
 def test_an_openai_compatible_endpoint_configured_by_environment_drives_the_loop(

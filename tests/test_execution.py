@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -21,7 +20,7 @@ from audit.chain import first_break
 from audit.models import Event
 from demo.models import Order, Refund
 from tests.conftest import refund
-from tests.processes import BASE_DIR, CeleryWorker, free_port, wait_until
+from tests.processes import BASE_DIR, CeleryWorker, free_port, http_server, wait_until
 from toolcatalog.executors import ExecutionContext, PermanentError, RetryableError
 from toolcatalog.executors.http import HttpExecutor
 
@@ -256,13 +255,9 @@ class RecordingDownstream(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def recording_downstream() -> Iterator[str]:
-    """Serve RecordingDownstream on a free port; yield its base URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), RecordingDownstream)
     RecordingDownstream.seen = []
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with http_server(RecordingDownstream) as url:
+        yield url
 
 
 def test_the_http_executor_sends_no_cookie_a_downstream_set_on_an_earlier_call(recording_downstream: str) -> None:
@@ -295,6 +290,14 @@ def test_the_http_executor_goes_through_the_proxy_the_environment_names(recordin
 
     # The request reached the proxy, asking for the downstream by its full URL (that host does not exist).
     assert RecordingDownstream.seen == [("http://downstream.invalid/tools/search", None)]
+
+
+def test_the_http_executor_classifies_a_malformed_url_as_permanent() -> None:
+    # An executor reference the admin let through (it starts with http://) but no request can be sent to.
+    with pytest.raises(PermanentError) as refused:
+        HttpExecutor("http://[not-a-host/tools/search").execute(executor_context())
+
+    assert "cannot be requested" in str(refused.value)
 
 
 def test_the_http_executor_classifies_a_4xx_as_permanent(demo_services: str) -> None:

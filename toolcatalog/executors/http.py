@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import urllib.request
+from functools import cache
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -31,6 +31,7 @@ from urllib3.exceptions import HTTPError, NewConnectionError, TimeoutError
 from toolcatalog.executors.base import (
     ExecutionContext,
     Executor,
+    ExecutorError,
     PermanentError,
     RetryableError,
     Verification,
@@ -43,15 +44,9 @@ RETRYABLE_STATUSES = frozenset({408, 425, 429})
 # Kept-alive connections per downstream host: the web server's threads ask for previews concurrently.
 CONNECTIONS_PER_HOST = 8
 
-# This process's pools, by the proxy they go through ("" for none); the environment's
-# proxies are read once, as an HTTP client reads them when it is built.
-_pools: dict[str, urllib3.PoolManager] = {}
-_environment_proxies: dict[str, str] | None = None
-_pools_lock = threading.Lock()
-
 
 def pool_for(url: str) -> urllib3.PoolManager:
-    """Return this process's connection pool for `url`, built on first use (after any fork).
+    """Return this process's connection pool for `url`: direct, or through the proxy the environment names.
 
     A fresh connection per call adds a TCP handshake: one per execution, preview and
     verification was most of an auto-approved call's latency (docs/benchmarks.md).
@@ -60,27 +55,24 @@ def pool_for(url: str) -> urllib3.PoolManager:
     call's request; only the call's own credential does. No retries and no
     redirects: the worker decides what is retried, with the same idempotency key.
     """
-    global _environment_proxies
-    with _pools_lock:
-        if _environment_proxies is None:
-            _environment_proxies = urllib.request.getproxies()
-        proxy = _proxy_for(url, _environment_proxies)
-        pool = _pools.get(proxy)
-        if pool is None:
-            pool = _pools[proxy] = _new_pool(proxy)
-    return pool
-
-
-def _proxy_for(url: str, proxies: dict[str, str]) -> str:
-    """Return the proxy HTTP(S)_PROXY or ALL_PROXY name for `url`, unless NO_PROXY exempts its host; or ""."""
     parts = urlsplit(url)
-    proxy = proxies.get(parts.scheme) or proxies.get("all")
-    if not proxy or urllib.request.proxy_bypass(parts.hostname or ""):
-        return ""
-    return proxy
+    proxies = _environment_proxies()
+    proxy = proxies.get(parts.scheme) or proxies.get("all") or ""
+    if proxy and urllib.request.proxy_bypass(parts.hostname or ""):  # NO_PROXY
+        proxy = ""
+    return _pool(proxy)
 
 
-def _new_pool(proxy: str) -> urllib3.PoolManager:
+@cache
+def _environment_proxies() -> dict[str, str]:
+    """HTTP(S)_PROXY, ALL_PROXY and NO_PROXY, read once per process, as an HTTP client reads them when built."""
+    return urllib.request.getproxies()
+
+
+# Built on first use in each process (after any fork). Two threads asking first at once
+# may each build one; the cache keeps one and the other is dropped before any connection.
+@cache
+def _pool(proxy: str) -> urllib3.PoolManager:
     options: dict[str, Any] = {"timeout": TIMEOUT, "retries": False, "maxsize": CONNECTIONS_PER_HOST}
     options.update(_trusted_certificates())
     return urllib3.ProxyManager(proxy, **options) if proxy else urllib3.PoolManager(**options)
@@ -145,13 +137,19 @@ class HttpExecutor(Executor):
         data = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
         try:
             response = pool_for(url).request("POST", url, body=data, headers=headers)
-        except TimeoutError as exc:
-            if isinstance(exc, NewConnectionError):  # urllib3 files a refused connection under timeouts
-                raise RetryableError(f"{url} unreachable: {exc}", detail={"url": url}) from exc
-            raise RetryableError(f"{url} timed out", detail={"url": url}) from exc
-        except HTTPError as exc:  # reset, a broken response: it may answer later
-            raise RetryableError(f"{url} unreachable: {exc}", detail={"url": url}) from exc
+        except (HTTPError, ValueError) as exc:
+            raise _unanswered(url, exc) from exc
         return _answer(url, response)
+
+
+def _unanswered(url: str, exc: HTTPError | ValueError) -> ExecutorError:
+    """Classify a request that got no answer: one that cannot be sent is permanent; the rest may work later."""
+    if isinstance(exc, ValueError):  # a malformed URL (urllib3's LocationValueError is one too) or header
+        return PermanentError(f"{url} cannot be requested: {exc}", detail={"url": url})
+    # urllib3 files a refused connection (NewConnectionError) under its timeouts.
+    if isinstance(exc, TimeoutError) and not isinstance(exc, NewConnectionError):
+        return RetryableError(f"{url} timed out", detail={"url": url})
+    return RetryableError(f"{url} unreachable: {exc}", detail={"url": url})  # refused, reset, broken answer
 
 
 def _answer(url: str, response: urllib3.BaseHTTPResponse) -> dict[str, Any]:
