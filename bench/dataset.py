@@ -36,7 +36,7 @@ SELECT
     '[{"rule": "above-autonomy", "tier": 2, "description": "Refunds above R$ 200,00 need one reviewer."}]'::jsonb,
     CASE WHEN 20001 + (i * 7919) %% 600000 > 500000 THEN 2 ELSE 1 END,
     '', 0, now() - make_interval(secs => i * 0.01), now() + interval '4 hours'
-FROM generate_series(%(first)s, %(last)s) AS i
+FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS i  -- psycopg sends small numbers as smallint
 """
 
 

@@ -37,6 +37,8 @@ class E2EResults:
     bare_celery: list[list[float]] = field(default_factory=list)
     # The bare composite: a bare POST that queues the bare task and waits to be told (not judged: the floor).
     bare_composite: list[list[float]] = field(default_factory=list)
+    # The bare governed shape: the composite plus the round trips a governed call needs (not judged).
+    bare_governed: list[list[float]] = field(default_factory=list)
 
     def spread(self, name: str, pct: float) -> Spread:
         return Spread.of([percentile(samples, pct) for samples in getattr(self, name)])
@@ -56,6 +58,11 @@ def _timed(action: object) -> float:
     return (time.perf_counter() - started) * 1000
 
 
+def instant_endpoint(settings: BenchSettings) -> str:
+    """Return the instant downstream's search_seats URL."""
+    return f"{settings.downstream_url}/search_seats"
+
+
 def add_instant_tool(settings: BenchSettings, agent_name: str) -> None:
     """Add INSTANT_TOOL: search_seats with the instant downstream as its endpoint, granted to `agent_name`."""
     from agents.models import Agent, Grant
@@ -63,7 +70,7 @@ def add_instant_tool(settings: BenchSettings, agent_name: str) -> None:
 
     tool = Tool.objects.get(name="search_seats")
     tool.pk, tool.name = None, INSTANT_TOOL
-    tool.executor_ref = f"{settings.downstream_url}/search_seats"
+    tool.executor_ref = instant_endpoint(settings)
     tool.save()
     Grant.objects.create(agent=Agent.objects.get(name=agent_name), tool=tool, max_tier=0)
 
@@ -94,6 +101,12 @@ def bare_composite(client: httpx.Client) -> None:
         raise RuntimeError("the bare composite did not answer 201")
 
 
+def bare_governed(client: httpx.Client, downstream: str) -> None:
+    """POST to the bare governed shape: read, insert, queue; the worker claims, calls `downstream`, records, tells."""
+    if client.post("/bench/governed-and-wait", json={**_bare_body(), "downstream": downstream}).status_code != 201:
+        raise RuntimeError("the bare governed shape did not answer 201")
+
+
 def bare_celery_round_trip() -> float:
     """Enqueue the bare task for a fresh row and poll until the worker marked it; return ms."""
     from django.db import connection
@@ -120,6 +133,7 @@ def measure(settings: BenchSettings, tokens: dict[str, str], log: object = print
     agent = "box-office-agent"
     token = tokens[agent]
     add_instant_tool(settings, agent)
+    downstream = instant_endpoint(settings)
     with httpx.Client(base_url=settings.base_url, timeout=30) as client:
         block = max(1, settings.e2e_calls // ROUNDS_PER_RUN)
         # Each measurement (an E2EResults field): one sample in ms, and how many a block takes.
@@ -129,6 +143,7 @@ def measure(settings: BenchSettings, tokens: dict[str, str], log: object = print
             "bare_post": (lambda: _timed(lambda: bare_post(client)), block * 2),
             "bare_celery": (bare_celery_round_trip, block * 2),
             "bare_composite": (lambda: _timed(lambda: bare_composite(client)), block),
+            "bare_governed": (lambda: _timed(lambda: bare_governed(client, downstream)), block),
         }
         for _ in range(5):  # warm: connections, producer pool, compiled validators
             for once, _per_block in measurements.values():
@@ -147,6 +162,7 @@ def measure(settings: BenchSettings, tokens: dict[str, str], log: object = print
                 f"downstream, {percentile(results.demo_service[-1], 50):.1f} ms with the demo service, "
                 f"bare POST p50 {percentile(results.bare_post[-1], 50):.1f} ms, "
                 f"bare Celery p50 {percentile(results.bare_celery[-1], 50):.1f} ms, "
-                f"bare composite p50 {percentile(results.bare_composite[-1], 50):.1f} ms"
+                f"bare composite p50 {percentile(results.bare_composite[-1], 50):.1f} ms, "
+                f"bare governed shape p50 {percentile(results.bare_governed[-1], 50):.1f} ms"
             )
     return results

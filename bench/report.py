@@ -13,7 +13,7 @@ from bench.environment import Machine
 from bench.ingest import CONCURRENCIES, IngestResults
 from bench.pages import PAGES, PageResults
 from bench.settings import BenchSettings
-from bench.stats import Spread
+from bench.stats import Spread, percentile
 from bench.validation import ValidationResults
 from bench.verify import VerifyRun
 
@@ -93,6 +93,7 @@ E2E_ROWS = (
     ("bare_post", "bare POST"),
     ("bare_celery", "bare Celery round trip"),
     ("bare_composite", "bare composite: a bare POST that queues the bare task and is told when it ran"),
+    ("bare_governed", "bare governed shape: the composite plus a governed call's read, claim and downstream call"),
 )
 
 
@@ -127,7 +128,7 @@ def setup_section(r: Results) -> list[str]:
         f"`/demo-services/`, via `GATEHOUSE_DEMO_SERVICES_URL={s.base_url}`.",
         "- `GATEHOUSE_BENCH_BARE=1` installs `bench.bare`: the bare endpoint `POST /bench/insert` (parse JSON, "
         "insert one row with a unique key, answer 201) and the bare task `bench.bare.touch` (update one row), served "
-        "by the same processes.",
+        "by the same processes, and the two bare compositions of section 2.",
         "",
     ]
     return lines
@@ -224,6 +225,30 @@ def composite_lines(r: Results) -> list[str]:
         "notice), the request subscribed and told. It is not judged; it shows what the shape itself costs "
         f"on this stack: **{r.e2e.ratio('bare_composite').format(2)}×** (bare POST p50 + bare Celery p50), "
         "run by run, of the 2× the target allows an auto-approved call.",
+        "",
+        *governed_lines(r),
+    ]
+
+
+def governed_lines(r: Results) -> list[str]:
+    """Say what the round trips a governed call cannot skip cost, with none of Gatehouse's code."""
+    if not getattr(r.e2e, "bare_governed", None):
+        return []
+    over = Spread.of(
+        [
+            percentile(mine, 50) / percentile(shape, 50)
+            for mine, shape in zip(r.e2e.instant, r.e2e.bare_governed, strict=True)
+        ]
+    )
+    return [
+        "The bare governed shape (`POST /bench/governed-and-wait`, "
+        f"{r.settings.e2e_calls} per run) adds to the composite the round trips "
+        "an auto-approved call cannot do without, in plain Django: a read by a unique key before the insert (a "
+        "proposal reads its agent and grant), and a task (`bench.bare.claim_call_and_tell`) that commits a claim "
+        "before the effect, POSTs to the instant downstream with urllib3, commits the answer and then tells the "
+        "request — no pipeline, no audit events, no credential, no validation. Not judged: "
+        f"**{r.e2e.ratio('bare_governed').format(2)}×** (bare POST p50 + bare Celery p50); Gatehouse with the "
+        f"instant downstream takes **{over.format(2)}×** its p50, run by run.",
         "",
     ]
 

@@ -1,4 +1,4 @@
-"""One table: what the bare endpoint inserts and the bare task updates."""
+"""One table: what the bare endpoint inserts and the bare tasks update."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ class BareRow(models.Model):
     payload = models.JSONField()
     created_at = models.DateTimeField(default=timezone.now)
     done_at = models.DateTimeField(null=True, blank=True)
+    # The bare governed shape's claim and the downstream's answer (bench.bare.tasks.claim_call_and_tell).
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
 
     def __str__(self) -> str:
         return self.key

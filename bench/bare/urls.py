@@ -9,4 +9,5 @@ from bench.bare import views
 urlpatterns = [
     path("insert", views.insert, name="bench-bare-insert"),
     path("insert-and-wait", views.insert_and_wait, name="bench-bare-insert-and-wait"),
+    path("governed-and-wait", views.governed_and_wait, name="bench-bare-governed-and-wait"),
 ]

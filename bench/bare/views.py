@@ -1,4 +1,5 @@
-"""The bare endpoints: parse the proposal's JSON and insert one row; and the same, queued and waited for."""
+"""The bare endpoints: parse the proposal's JSON and insert one row; the same, queued and waited for; and the
+round trips of a governed call with none of Gatehouse's code."""
 
 from __future__ import annotations
 
@@ -35,9 +36,30 @@ def insert_and_wait(request: HttpRequest) -> JsonResponse:
     request. What it costs is the floor of that shape on this stack.
     """
     row = _stored(request)
+    return _queued_and_told(row, "bench.bare.touch_and_tell", {"row_id": row.pk})
+
+
+@csrf_exempt
+@require_POST
+def governed_and_wait(request: HttpRequest) -> JsonResponse:
+    """The round trips an auto-approved call cannot do without, with plain Django and none of Gatehouse's code.
+
+    One read by a unique key before the insert (a proposal reads its agent and grant),
+    the insert, one Celery message, and a task that commits a claim before calling the
+    downstream, calls it, commits its answer and tells the waiting request
+    (`bench.bare.claim_call_and_tell`). No pipeline, no audit events, no credential.
+    """
+    body = json.loads(request.body)
+    BareRow.objects.filter(key=f"reader:{body['idempotency_key']}").first()
+    row = BareRow.objects.create(key=body["idempotency_key"], payload=body)
+    return _queued_and_told(row, "bench.bare.claim_call_and_tell", {"row_id": row.pk, "url": body["downstream"]})
+
+
+def _queued_and_told(row: BareRow, task: str, kwargs: dict[str, object]) -> JsonResponse:
+    """Send `task` for the row and answer once the worker says it is done (subscribed first)."""
     with closing(redis_client().pubsub(ignore_subscribe_messages=True)) as pubsub:
         pubsub.subscribe(done_channel(row.pk))  # before the message is sent: the notice cannot be missed
-        app.send_task("bench.bare.touch_and_tell", kwargs={"row_id": row.pk})
+        app.send_task(task, kwargs=kwargs)
         deadline = time.monotonic() + WAIT_SECONDS
         while pubsub.get_message(timeout=max(0.0, deadline - time.monotonic())) is None:
             if time.monotonic() >= deadline:
