@@ -56,6 +56,8 @@ class IngestResults:
     stored: dict[tuple[str, int], list[int]] = field(default_factory=dict)
     lock_waits: dict[tuple[str, int], list[float]] = field(default_factory=dict)
     drained: list[int] = field(default_factory=list)
+    # Blocks per run and endpoint, pooled (1 in results saved before runs came in blocks).
+    rounds: int = 1
 
     def add(self, name: str, connections: int, result: wrk.LoadResult, stored: int, lock_waits: float) -> None:
         self.runs.setdefault((name, connections), []).append(result)
@@ -122,27 +124,56 @@ def measure(settings: BenchSettings, tokens: dict[str, str], workdir: Path, log:
             settings.base_url, target, connections=32, seconds=settings.warmup, prefix=f"warm-{name}", workdir=workdir
         )
         drain_queue(settings)
-    results = IngestResults()
+    results = IngestResults(rounds=max(1, settings.ingest_rounds))
     for run in range(1, settings.runs + 1):
         for connections in CONCURRENCIES:
-            for name, target in endpoints.items():
-                prefix = f"r{run}-{name}-c{connections}-{uuid.uuid4().hex[:6]}"
-                with advisory_lock_waiters(settings) as waiters:
-                    result = wrk.run(
-                        settings.base_url,
-                        target,
-                        connections=connections,
-                        seconds=settings.duration,
-                        prefix=prefix,
-                        workdir=workdir,
-                    )
-                results.drained.append(drain_queue(settings))
-                waiting = sum(waiters) / len(waiters) if waiters else 0.0
-                results.add(name, connections, result, stored_rows(name, prefix), waiting)
+            pooled = _run_in_rounds(settings, endpoints, run, connections, workdir, results.drained)
+            for name, (result, stored, waiting) in pooled.items():
+                results.add(name, connections, result, stored, waiting)
                 log(
                     f"  ingest run {run} c={connections:<2} {name:<5} {result.rps:8.1f} req/s  "
                     f"p50 {result.p50_ms:6.1f} ms  p99 {result.p99_ms:6.1f} ms  errors {result.errors}  "
                     f"chain-lock waiters {waiting:.2f}"
                 )
-                time.sleep(0.5)
     return results
+
+
+def _run_in_rounds(
+    settings: BenchSettings,
+    endpoints: dict[str, wrk.Target],
+    run: int,
+    connections: int,
+    workdir: Path,
+    drained: list[int],
+) -> dict[str, tuple[wrk.LoadResult, int, float]]:
+    """Load every endpoint for `settings.duration` seconds in short blocks, taking turns; pool each one's blocks.
+
+    A slow spell of the shared machine (seconds long) then falls on every endpoint of
+    the run alike, instead of on the one whose turn it was. Returns, per endpoint,
+    the pooled result, the rows its 2xx answers stored, and the mean chain-lock waiters.
+    """
+    rounds = max(1, settings.ingest_rounds)  # as IngestResults.rounds says
+    blocks: dict[str, list[tuple[wrk.LoadResult, int, float]]] = {name: [] for name in endpoints}
+    for turn in range(rounds):
+        for name, target in endpoints.items():
+            prefix = f"r{run}-{name}-c{connections}-{turn}-{uuid.uuid4().hex[:6]}"  # keys unique per block
+            with advisory_lock_waiters(settings) as waiters:
+                result = wrk.run(
+                    settings.base_url,
+                    target,
+                    connections=connections,
+                    seconds=settings.duration / rounds,
+                    prefix=prefix,
+                    workdir=workdir,
+                )
+            drained.append(drain_queue(settings))
+            blocks[name].append((result, stored_rows(name, prefix), sum(waiters) / len(waiters) if waiters else 0.0))
+            time.sleep(0.2)
+    return {
+        name: (
+            wrk.pooled([result for result, _, _ in done]),
+            sum(stored for _, stored, _ in done),
+            sum(waiting for _, _, waiting in done) / len(done),
+        )
+        for name, done in blocks.items()
+    }

@@ -139,8 +139,8 @@ def ingest_section(r: Results) -> list[str]:
     lines = [
         "## 1. Ingest: `POST /api/v1/tool-calls`",
         "",
-        f"wrk, {s.runs} runs × {s.duration:.0f} s per endpoint and concurrency, interleaved (bare, tier 2, tier 0 "
-        f"one after the other in every run), after a {s.warmup:.0f} s warm-up of each. Every request carries its own "
+        f"wrk, {s.runs} runs × {s.duration:.0f} s per endpoint and concurrency, interleaved: {_ingest_turns(r)}, "
+        f"after a {s.warmup:.0f} s warm-up of each. Every request carries its own "
         "idempotency key. Tier 2: a R$250 refund by `support-agent` (held for a reviewer; nothing executes; its "
         "dry-run preview is asked for when a reviewer opens it, so none is computed here). Tier 0: `search_seats` by "
         "`box-office-agent` (approved; an execution task is queued). Bare: the same JSON body to `POST /bench/insert`. "
@@ -169,10 +169,22 @@ def ingest_section(r: Results) -> list[str]:
         f"database afterwards: {lost} answered without a stored row. *Waiting for chain lock*: mean number of "
         "PostgreSQL sessions waiting on the audit chain's advisory lock, sampled every 20 ms during the run.",
         "",
-        f"wrk command (per run): `{r.commands.get('wrk', '')}`",
+        f"wrk command (per block): `{r.commands.get('wrk', '')}`",
         "",
     ]
     return lines
+
+
+def _ingest_turns(r: Results) -> str:
+    rounds, seconds = r.ingest.rounds, r.settings.duration
+    if rounds <= 1:
+        return "bare, tier 2, tier 0 one after the other in every run"
+    return (
+        f"in every run {rounds} rounds of {seconds / rounds:.0f}-s blocks, bare, tier 2 and tier 0 taking turns, "
+        "so that a slow spell of the machine falls on all three alike; each endpoint's blocks are then pooled — "
+        "requests/s is its requests over its seconds, and p50/p99 come from its blocks' latencies pooled (wrk's "
+        "latency at every 0.1 % of each block's requests, weighted by the block's requests)"
+    )
 
 
 def e2e_section(r: Results) -> list[str]:

@@ -49,7 +49,9 @@ def commands(settings: BenchSettings) -> dict[str, str]:
         "web": stack.display(stack.web_command(settings)),
         "worker": stack.display(stack.worker_command()),
         "downstream": stack.display(stack.downstream_command(settings)),
-        "wrk": shlex.join(wrk.command(settings.base_url, 32, settings.duration, Path("<scenario>.lua"))),
+        "wrk": shlex.join(
+            wrk.command(settings.base_url, 32, settings.duration / max(1, settings.ingest_rounds), Path("<block>.lua"))
+        ),
         "audit_verify": stack.display(verify.command()),
     }
 

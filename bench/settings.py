@@ -38,6 +38,8 @@ class BenchSettings:
     pool_max: int = _int("BENCH_DB_POOL_MAX", 8)
     runs: int = _int("BENCH_RUNS", 3)
     duration: float = _float("BENCH_DURATION", 8.0)
+    # Each ingest run's seconds per endpoint come in this many blocks, the endpoints taking turns.
+    ingest_rounds: int = _int("BENCH_INGEST_ROUNDS", 4)
     warmup: float = _float("BENCH_WARMUP", 2.0)
     page_duration: float = _float("BENCH_PAGE_DURATION", 4.0)
     e2e_calls: int = _int("BENCH_E2E_CALLS", 100)

@@ -3,7 +3,9 @@
 wrk is C and costs the 2-core machine far less CPU per request than a Python
 client would, so the server gets the cores. A small Lua script numbers every
 request per thread (so every body carries its own key) and prints the summary
-as one JSON line.
+as one JSON line, with the latency at every 0.1 % of the requests (0.1 % … 99.9 %,
+then the maximum: wrk answers 0 for 100 %) so that runs in several short blocks
+can be pooled (`pooled`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 KEY_PLACEHOLDER = "__KEY__"
+# Latency quantiles each run reports (one per 0.1 % of its requests), for pooling blocks of one measurement.
+QUANTILES = 1000
 
 LUA = r"""
 local threads = 0
@@ -37,11 +41,17 @@ request = function()
 end
 done = function(summary, latency, requests)
   local e = summary.errors
+  local quantiles = {}
+  for i = 1, %(quantiles)d - 1 do
+    quantiles[i] = string.format("%%d", latency:percentile(100 * i / %(quantiles)d))
+  end
+  quantiles[%(quantiles)d] = string.format("%%d", latency.max)
   io.write(string.format(
     'WRK_RESULT {"requests": %%d, "duration_us": %%d, "p50_us": %%d, "p95_us": %%d, "p99_us": %%d, ' ..
-    '"max_us": %%d, "status_errors": %%d, "socket_errors": %%d}\n',
+    '"max_us": %%d, "status_errors": %%d, "socket_errors": %%d, "quantiles_us": [%%s]}\n',
     summary.requests, summary.duration, latency:percentile(50), latency:percentile(95),
-    latency:percentile(99), latency.max, e.status, e.connect + e.read + e.write + e.timeout))
+    latency:percentile(99), latency.max, e.status, e.connect + e.read + e.write + e.timeout,
+    table.concat(quantiles, ",")))
 end
 """
 
@@ -57,10 +67,43 @@ class LoadResult:
     p99_ms: float
     max_ms: float
     errors: int
+    # Latency (ms) at every 1/QUANTILES of the requests, the last the maximum; empty in results saved before pooling.
+    quantiles_ms: tuple[float, ...] = ()
 
     @property
     def rps(self) -> float:
         return self.requests / self.seconds if self.seconds else 0.0
+
+
+def pooled(blocks: list[LoadResult]) -> LoadResult:
+    """Return one result for several blocks of the same measurement: requests over seconds, pooled latencies.
+
+    Each block's quantile k stands for the k-th 1/QUANTILES share of its requests
+    (its upper edge), so the pooled percentiles weigh every block by how many
+    requests it served: exact for one block, and at most one share high for several.
+    """
+    weighted = sorted(
+        (latency, block.requests / len(block.quantiles_ms)) for block in blocks for latency in block.quantiles_ms
+    )
+    total = sum(weight for _, weight in weighted)
+
+    def percentile(pct: float) -> float:
+        rank, seen = total * pct / 100, 0.0
+        for latency, weight in weighted:
+            seen += weight
+            if seen >= rank - 1e-9:
+                return latency
+        return weighted[-1][0]
+
+    return LoadResult(
+        requests=sum(block.requests for block in blocks),
+        seconds=sum(block.seconds for block in blocks),
+        p50_ms=percentile(50),
+        p95_ms=percentile(95),
+        p99_ms=percentile(99),
+        max_ms=max(block.max_ms for block in blocks),
+        errors=sum(block.errors for block in blocks),
+    )
 
 
 @dataclass(frozen=True)
@@ -97,6 +140,7 @@ def lua_script(target: Target, prefix: str) -> str:
         "body": target.body,
         "placeholder": KEY_PLACEHOLDER,
         "prefix": prefix,
+        "quantiles": QUANTILES,
     }
 
 
@@ -139,4 +183,5 @@ def run(base_url: str, target: Target, *, connections: int, seconds: float, pref
         p99_ms=data["p99_us"] / 1000,
         max_ms=data["max_us"] / 1000,
         errors=data["status_errors"] + data["socket_errors"],
+        quantiles_ms=tuple(value / 1000 for value in data["quantiles_us"]),
     )
