@@ -58,11 +58,6 @@ def _timed(action: object) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-def instant_endpoint(settings: BenchSettings) -> str:
-    """Return the instant downstream's search_seats URL."""
-    return f"{settings.downstream_url}/search_seats"
-
-
 def add_instant_tool(settings: BenchSettings, agent_name: str) -> None:
     """Add INSTANT_TOOL: search_seats with the instant downstream as its endpoint, granted to `agent_name`."""
     from agents.models import Agent, Grant
@@ -70,7 +65,7 @@ def add_instant_tool(settings: BenchSettings, agent_name: str) -> None:
 
     tool = Tool.objects.get(name="search_seats")
     tool.pk, tool.name = None, INSTANT_TOOL
-    tool.executor_ref = instant_endpoint(settings)
+    tool.executor_ref = settings.instant_endpoint
     tool.save()
     Grant.objects.create(agent=Agent.objects.get(name=agent_name), tool=tool, max_tier=0)
 
@@ -101,9 +96,9 @@ def bare_composite(client: httpx.Client) -> None:
         raise RuntimeError("the bare composite did not answer 201")
 
 
-def bare_governed(client: httpx.Client, downstream: str) -> None:
-    """POST to the bare governed shape: read, insert, queue; the worker claims, calls `downstream`, records, tells."""
-    if client.post("/bench/governed-and-wait", json={**_bare_body(), "downstream": downstream}).status_code != 201:
+def bare_governed(client: httpx.Client) -> None:
+    """POST to the bare governed shape: read, insert, queue; the worker claims, calls the downstream, records, tells."""
+    if client.post("/bench/governed-and-wait", json=_bare_body()).status_code != 201:
         raise RuntimeError("the bare governed shape did not answer 201")
 
 
@@ -133,7 +128,6 @@ def measure(settings: BenchSettings, tokens: dict[str, str], log: object = print
     agent = "box-office-agent"
     token = tokens[agent]
     add_instant_tool(settings, agent)
-    downstream = instant_endpoint(settings)
     with httpx.Client(base_url=settings.base_url, timeout=30) as client:
         block = max(1, settings.e2e_calls // ROUNDS_PER_RUN)
         # Each measurement (an E2EResults field): one sample in ms, and how many a block takes.
@@ -143,7 +137,7 @@ def measure(settings: BenchSettings, tokens: dict[str, str], log: object = print
             "bare_post": (lambda: _timed(lambda: bare_post(client)), block * 2),
             "bare_celery": (bare_celery_round_trip, block * 2),
             "bare_composite": (lambda: _timed(lambda: bare_composite(client)), block),
-            "bare_governed": (lambda: _timed(lambda: bare_governed(client, downstream)), block),
+            "bare_governed": (lambda: _timed(lambda: bare_governed(client)), block),
         }
         for _ in range(5):  # warm: connections, producer pool, compiled validators
             for once, _per_block in measurements.values():

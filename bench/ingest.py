@@ -124,7 +124,7 @@ def measure(settings: BenchSettings, tokens: dict[str, str], workdir: Path, log:
             settings.base_url, target, connections=32, seconds=settings.warmup, prefix=f"warm-{name}", workdir=workdir
         )
         drain_queue(settings)
-    results = IngestResults(rounds=max(1, settings.ingest_rounds))
+    results = IngestResults(rounds=settings.ingest_rounds)
     for run in range(1, settings.runs + 1):
         for connections in CONCURRENCIES:
             pooled = _run_in_rounds(settings, endpoints, run, connections, workdir, results.drained)
@@ -152,7 +152,7 @@ def _run_in_rounds(
     the run alike, instead of on the one whose turn it was. Returns, per endpoint,
     the pooled result, the rows its 2xx answers stored, and the mean chain-lock waiters.
     """
-    rounds = max(1, settings.ingest_rounds)  # as IngestResults.rounds says
+    rounds = settings.ingest_rounds
     blocks: dict[str, list[tuple[wrk.LoadResult, int, float]]] = {name: [] for name in endpoints}
     for turn in range(rounds):
         for name, target in endpoints.items():

@@ -42,7 +42,8 @@ def commands(settings: BenchSettings) -> dict[str, str]:
     env = " ".join(
         f"{name}={settings.environment()[name]}"
         for name in ("DEBUG", "DATABASE_URL", "CELERY_BROKER_URL", "GATEHOUSE_DEMO_SERVICES_URL",
-                     "GATEHOUSE_RATE_LIMIT_PER_MINUTE", "GATEHOUSE_DB_POOL_MAX", "GATEHOUSE_BENCH_BARE")
+                     "GATEHOUSE_RATE_LIMIT_PER_MINUTE", "GATEHOUSE_DB_POOL_MAX", "GATEHOUSE_BENCH_BARE",
+                     "BENCH_INSTANT_ENDPOINT")
     )  # fmt: skip
     return {
         "env": f"export {env}  # and SECRET_KEY, ALLOWED_HOSTS",
@@ -50,7 +51,7 @@ def commands(settings: BenchSettings) -> dict[str, str]:
         "worker": stack.display(stack.worker_command()),
         "downstream": stack.display(stack.downstream_command(settings)),
         "wrk": shlex.join(
-            wrk.command(settings.base_url, 32, settings.duration / max(1, settings.ingest_rounds), Path("<block>.lua"))
+            wrk.command(settings.base_url, 32, settings.duration / settings.ingest_rounds, Path("<block>.lua"))
         ),
         "audit_verify": stack.display(verify.command()),
     }

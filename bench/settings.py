@@ -39,7 +39,7 @@ class BenchSettings:
     runs: int = _int("BENCH_RUNS", 3)
     duration: float = _float("BENCH_DURATION", 8.0)
     # Each ingest run's seconds per endpoint come in this many blocks, the endpoints taking turns.
-    ingest_rounds: int = _int("BENCH_INGEST_ROUNDS", 4)
+    ingest_rounds: int = max(1, _int("BENCH_INGEST_ROUNDS", 4))
     warmup: float = _float("BENCH_WARMUP", 2.0)
     page_duration: float = _float("BENCH_PAGE_DURATION", 4.0)
     e2e_calls: int = _int("BENCH_E2E_CALLS", 100)
@@ -61,6 +61,11 @@ class BenchSettings:
     def downstream_url(self) -> str:
         return f"http://127.0.0.1:{self.downstream_port}"
 
+    @property
+    def instant_endpoint(self) -> str:
+        """The instant downstream's search_seats: the bench's copy of the tool, and the bare governed shape, call it."""
+        return f"{self.downstream_url}/search_seats"
+
     def environment(self) -> dict[str, str]:
         """Return the production-like environment every process of the bench stack shares."""
         return {
@@ -73,6 +78,7 @@ class BenchSettings:
             "CELERY_BROKER_URL": self.redis_url,
             "GATEHOUSE_DEMO_SERVICES_URL": self.base_url,
             "GATEHOUSE_BENCH_BARE": "1",
+            "BENCH_INSTANT_ENDPOINT": self.instant_endpoint,  # for bench.bare's governed shape
             # The per-agent limit (1,200/min by default) would answer 429 to a load test.
             "GATEHOUSE_RATE_LIMIT_PER_MINUTE": "0",
             "GATEHOUSE_DB_POOL_MAX": str(self.pool_max),

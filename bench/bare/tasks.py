@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 
 import urllib3
 from celery import shared_task
@@ -30,16 +31,20 @@ def touch_and_tell(*, row_id: int) -> None:
 
 
 @shared_task(name="bench.bare.claim_call_and_tell", ignore_result=True)
-def claim_call_and_tell(*, row_id: int, url: str) -> None:
-    """Commit a claim, POST to the downstream, commit its answer, publish that the row is done.
+def claim_call_and_tell(*, row_id: int) -> None:
+    """Commit a claim, POST to the instant downstream, commit its answer, publish that the row is done.
 
     Each update runs on its own (autocommit): the claim is durable before the call, the
     answer before the notice, as for a governed call; the claim is a compare-and-set.
+    The downstream is the one the bench's copy of search_seats calls (`BenchSettings.instant_endpoint`).
     """
     if not BareRow.objects.filter(pk=row_id, claimed_at=None).update(claimed_at=timezone.now()):
         return
     answer = _downstream().request(
-        "POST", url, body=json.dumps({"row_id": row_id}), headers={"Content-Type": "application/json"}
+        "POST",
+        os.environ["BENCH_INSTANT_ENDPOINT"],
+        body=json.dumps({"row_id": row_id}),
+        headers={"Content-Type": "application/json"},
     )
     BareRow.objects.filter(pk=row_id).update(done_at=timezone.now(), result=json.loads(answer.data))
     redis_client().publish(done_channel(row_id), "done")

@@ -52,7 +52,7 @@ def governed_and_wait(request: HttpRequest) -> JsonResponse:
     body = json.loads(request.body)
     BareRow.objects.filter(key=f"reader:{body['idempotency_key']}").first()
     row = BareRow.objects.create(key=body["idempotency_key"], payload=body)
-    return _queued_and_told(row, "bench.bare.claim_call_and_tell", {"row_id": row.pk, "url": body["downstream"]})
+    return _queued_and_told(row, "bench.bare.claim_call_and_tell", {"row_id": row.pk})
 
 
 def _queued_and_told(row: BareRow, task: str, kwargs: dict[str, object]) -> JsonResponse:
