@@ -204,7 +204,7 @@ def e2e_section(r: Results) -> list[str]:
         f"`/bench/insert`, {s.e2e_calls * 2} per run. Bare Celery round trip: insert a row, "
         "enqueue `bench.bare.touch` on "
         f"the same Redis broker, poll the row until the worker has updated it, {s.e2e_calls * 2} per run. "
-        "The bare composite is below the table. "
+        "The bare composite and the bare governed shape are below the table. "
         f"Each run measures in {ROUNDS_PER_RUN} rounds of short blocks, one of each measurement in turn, so a "
         "slow spell of the machine falls on all of them alike. "
         "Before the first run the calls table is vacuumed, as autovacuum would after the ingest scenario's "
