@@ -51,6 +51,11 @@ class E2EResults:
         ]
         return Spread.of(ratios)
 
+    def over(self, name: str, other: str) -> Spread:
+        """Return, run by run, the p50 of `name` over the p50 of `other`."""
+        pairs = zip(getattr(self, name), getattr(self, other), strict=True)
+        return Spread.of([percentile(mine, 50) / percentile(theirs, 50) for mine, theirs in pairs])
+
 
 def _timed(action: object) -> float:
     started = time.perf_counter()
