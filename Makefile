@@ -1,4 +1,4 @@
-# Gatehouse. `make demo` runs the product on SQLite + the filesystem broker;
+# Gatehouse. `make demo` runs the product on SQLite + the embedded broker;
 # `make test` runs the whole suite against PostgreSQL and Redis.
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -11,9 +11,9 @@ TEST_ENV := SECRET_KEY=test-secret-key-not-for-production-0123456789abcdef \
 	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/gatehouse} \
 	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-redis://127.0.0.1:6379/15} \
 	GATEHOUSE_RATE_LIMIT_PER_MINUTE=$${GATEHOUSE_RATE_LIMIT_PER_MINUTE:-100000} \
-	DJANGO_ALLOW_ASYNC_UNSAFE=true
+	DJANGO_ALLOW_ASYNC_UNSAFE=true GATEHOUSE_DEMO=1
 
-.PHONY: demo test lint format bench venv
+.PHONY: demo test lint format bench bench-test venv
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -37,5 +37,9 @@ format: $(VENV)/.installed
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: $(VENV)/.installed
+bench: bench-test
 	$(PY) -m bench.run
+
+# The bench's own code (its settings, server and figures), apart from the product's suite.
+bench-test: $(VENV)/.installed
+	$(TEST_ENV) $(PY) -m pytest --ds=bench.settings bench/tests $(PYTEST_ARGS)

@@ -98,7 +98,7 @@ def never_finishes_model() -> ScriptedModel:
     return ScriptedModel([search_both_days], repeat_last=True)
 
 
-# The rest of `make demo`'s realistic mix (ported from the REST demo agent, demo/agent.py).
+# The rest of `make demo`'s realistic mix (from the scripted REST agent this loop replaced).
 
 MOTIVOS = ["produto_defeituoso", "atraso_entrega", "cancelamento_cliente", "erro_cobranca"]
 

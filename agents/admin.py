@@ -54,7 +54,15 @@ class AgentAdmin(AuditedModelAdmin):
     list_select_related = ["owner"]
     raw_id_fields = ["owner"]
     readonly_fields = ["token_hint", "created_at", "last_seen_at"]
-    fields = ["name", "description", "owner", "active", "max_calls_per_conversation", *readonly_fields]
+    fields = [
+        "name",
+        "description",
+        "owner",
+        "active",
+        "max_calls_per_conversation",
+        "max_calls_per_window",
+        *readonly_fields,
+    ]
     actions = ["rotate_tokens", "deactivate"]
     audit_exclude = ("token_hash",)  # the hint identifies the token; its hash stays out of the log
 
@@ -152,8 +160,12 @@ class AgentAdmin(AuditedModelAdmin):
             issued = [(agent, self._rotate(request, agent)) for agent in self._locked(queryset)]
         return self._tokens_page(request, issued, "Tokens rotated")
 
-    @admin.action(description="Deactivate the selected agents (their next request is refused)", permissions=["change"])
+    @admin.action(
+        description="Deactivate the selected agents (their next request is refused, their waiting calls withdrawn)",
+        permissions=["change"],
+    )
     def deactivate(self, request: HttpRequest, queryset: QuerySet[Agent]) -> None:
+        """Deactivate; saving each agent inactive withdraws its calls that nothing has started (approvals listens)."""
         with transaction.atomic():
             agents = list(self._locked(queryset).filter(active=True))
             for agent in agents:
@@ -172,7 +184,15 @@ class AgentAdmin(AuditedModelAdmin):
 class CircuitBreakerAdmin(admin.ModelAdmin):
     """Breakers are opened by the pipeline and closed by a person; nothing else is edited here."""
 
-    list_display = ["agent", "tool", "is_open", "failure_kind", "consecutive_failures", "opened_at"]
+    list_display = [
+        "agent",
+        "tool",
+        "is_open",
+        "failure_kind",
+        "consecutive_failures",
+        "consecutive_any_kind",
+        "opened_at",
+    ]
     list_filter = [("opened_at", admin.EmptyFieldListFilter), "tool"]
     search_fields = ["agent__name", "tool__name", "failure_kind"]
     list_select_related = ["agent", "tool"]

@@ -58,8 +58,9 @@ def _grant_columns() -> str:
 def _grant_sql() -> str:
     """Return the one statement that reads the grant, its tool, the tool's base tier, its breaker and all tiers.
 
-    The ORM query it replaces (`_grant_orm`, still used on SQLite) cost ~2 ms of
-    Python to compile per proposal, and the tiers a second round trip.
+    Every proposal reads it: written once, it is not compiled again per proposal as
+    the ORM query (`_grant_orm`, still used on SQLite) is, and the tiers come in
+    the same round trip instead of a second.
     """
     return f"""
 SELECT {_grant_columns()}
@@ -99,7 +100,7 @@ def authenticate_with_grant(token: str, tool_name: str) -> tuple[Agent | None, R
     """Return the active agent holding `token` and its grant for the enabled tool `tool_name`.
 
     A proposal needs both, one after the other: on PostgreSQL they are one statement
-    (one round trip fewer on every proposal, docs/benchmarks.md); elsewhere two reads.
+    (one round trip fewer on every proposal); elsewhere two reads.
     The agent is touched as `Agent.authenticate` does.
     """
     if connection.vendor != "postgresql":

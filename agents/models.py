@@ -62,7 +62,14 @@ class Agent(models.Model):
     token_hint = models.CharField(max_length=12, editable=False, help_text="The token's first characters.")
     active = models.BooleanField(default=True)
     max_calls_per_conversation = models.PositiveIntegerField(
-        default=100, help_text="Budget: proposals one conversation may make (0 = unlimited)."
+        default=100,
+        help_text="Budget: calls one conversation may have accepted (0 = unlimited); refusals and replays spend none.",
+    )
+    max_calls_per_window = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Budget: calls this agent may have accepted per window, whatever its conversations "
+        "(empty = GATEHOUSE_AGENT_BUDGET_CALLS; 0 = unlimited).",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
@@ -103,8 +110,8 @@ class Agent(models.Model):
     def _by_token_hash(cls, token_hash: str) -> Agent | None:
         """Read the active agent with this token hash in one hand-written statement.
 
-        Every API request authenticates: the ORM query this replaces cost ~0.5 ms of
-        Python to build per request (docs/benchmarks.md). token_hash is unique.
+        Every API request authenticates, so the statement is written once rather than
+        built by the ORM per request. token_hash is unique.
         """
         with connection.cursor() as cursor:
             cursor.execute(_agent_by_token_sql(), [token_hash])
@@ -141,12 +148,13 @@ class Grant(models.Model):
 
 
 class CircuitBreaker(models.Model):
-    """Consecutive failures of one kind for one agent and tool; open at the threshold."""
+    """Consecutive failures for one agent and tool, of one kind and of any kind; open at either threshold."""
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="breakers")
     tool = models.ForeignKey(Tool, on_delete=models.CASCADE, related_name="breakers")
     failure_kind = models.CharField(max_length=64, blank=True)
-    consecutive_failures = models.PositiveIntegerField(default=0)
+    consecutive_failures = models.PositiveIntegerField(default=0, help_text="Of `failure_kind`, in a row.")
+    consecutive_any_kind = models.PositiveIntegerField(default=0, help_text="Of any kind, in a row.")
     opened_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -155,3 +163,31 @@ class CircuitBreaker(models.Model):
     def __str__(self) -> str:
         state = "open" if self.opened_at else "closed"
         return f"{self.agent.name}/{self.tool.name}: {state}"
+
+
+class BudgetScope(models.TextChoices):
+    CONVERSATION = "conversation", "conversation"
+    WINDOW = "window", "agent per window"
+
+
+class BudgetCounter(models.Model):
+    """Calls an agent has made in one budget's scope: one conversation, or one window of time.
+
+    The pipeline spends a call with a conditional UPDATE in the transaction that
+    stores the call (agents.budgets), so the database, not a count read earlier,
+    decides the last call a budget allows.
+    """
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="budget_counters")
+    scope = models.CharField(max_length=16, choices=BudgetScope.choices)
+    # The conversation_id, or the window's start in ISO 8601.
+    key = models.CharField(max_length=200)
+    used = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "scope", "key"], name="budgetcounter_unique_agent_scope_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id}/{self.scope}/{self.key}: {self.used}"

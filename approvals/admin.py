@@ -6,6 +6,7 @@ the reviewer console decides calls, workers run them; admin never edits one.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.contrib import admin
@@ -13,10 +14,18 @@ from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, User
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern, path
+from django.utils import timezone
 from django.utils.safestring import SafeString
 
 from approvals.models import Decision, ToolCall
+from approvals.whatif import replay, stored_calls
+from toolcatalog.admin import ToolAdmin
 from toolcatalog.adminkit import AuditedModelAdmin, pretty_json
+from toolcatalog.forms import WhatIfForm
+from toolcatalog.models import Tool
+from toolcatalog.policies import tier_specs
+from toolcatalog.policy import compile_policy
 
 
 class ReadOnlyAdminMixin:
@@ -146,3 +155,47 @@ class AuditedUserAdmin(AuditedModelAdmin, UserAdmin):
 @admin.register(Group)
 class AuditedGroupAdmin(AuditedModelAdmin, GroupAdmin):
     pass
+
+
+# The catalog's admin, plus policy what-if: it replays stored calls, which live here.
+admin.site.unregister(Tool)
+
+
+@admin.register(Tool)
+class GovernedToolAdmin(ToolAdmin):
+    def get_urls(self) -> list[URLPattern]:
+        name = f"{self.opts.app_label}_{self.opts.model_name}"
+        whatif = path("<path:object_id>/whatif/", self.admin_site.admin_view(self.whatif_view), name=f"{name}_whatif")
+        return [whatif, *super().get_urls()]
+
+    def whatif_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Replay the tool's recent calls against its current rules, or against edited, unsaved ones."""
+        tool = self.viewable_tool(request, object_id)
+        tiers = tier_specs()
+        current = self.audit_related(tool)["rules"]
+        initial = {"days": 30, "base_tier": tool.base_tier.level, "rules": current}
+        form = WhatIfForm(request.POST or None, initial=initial, tier_levels=set(tiers))
+        report, edited = None, False
+        if request.method == "POST" and form.is_valid():
+            data = form.cleaned_data
+            edited = data["rules"] != current or data["base_tier"] != tool.base_tier.level
+            policy = compile_policy(
+                name=tool.name,
+                version=tool.version,
+                base_tier=data["base_tier"],
+                input_schema=tool.input_schema,
+                rules=[(r["name"], r["description"], r["tier"], r["condition"]) for r in data["rules"] if r["enabled"]],
+                tiers=tiers,
+            )
+            report = replay(policy, stored_calls(tool.pk, timezone.now() - timedelta(days=data["days"])))
+        return self.tool_page(
+            request,
+            tool,
+            "whatif.html",
+            f"Policy what-if for {tool.name}",
+            form=form,
+            report=report,
+            edited=edited,
+            tier_names={level: spec.name for level, spec in tiers.items()},
+            current_rules=pretty_json(current),
+        )

@@ -5,11 +5,12 @@ class ApprovalsConfig(AppConfig):
     name = "approvals"
 
     def ready(self) -> None:
-        """Listen for policy changes (pending calls are judged again) and feed policy what-if."""
-        from approvals.receivers import on_policy_changed
-        from approvals.replay import stored_calls
+        """Listen for policy changes (pending calls are judged again) and deactivations (their calls are withdrawn)."""
+        from django.db.models.signals import post_save
+
+        from agents.models import Agent
+        from approvals.receivers import on_agent_saved, on_policy_changed
         from toolcatalog.signals import policy_changed
-        from toolcatalog.whatif import register_call_source
 
         policy_changed.connect(on_policy_changed, dispatch_uid="approvals.reevaluate_pending")
-        register_call_source(stored_calls)
+        post_save.connect(on_agent_saved, sender=Agent, dispatch_uid="approvals.withdraw_on_deactivation")

@@ -1,25 +1,58 @@
-"""Who may decide a call: separation of duties, approver groups, expiry.
+"""Who may decide a call: separation of duties, approver groups, expiry, what the reviewer saw.
 
 Every refusal is a DecisionRefused with a sentence a reviewer can read.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
+from approvals.states import DecisionKind
 from toolcatalog.models import RiskTier
 
 if TYPE_CHECKING:
     from approvals.models import ToolCall
 
 REVIEW_PERMISSION = "approvals.review_toolcall"
+ORDINALS = {2: "second", 3: "third"}
 
 
 class DecisionRefused(Exception):
     """A reviewer may not make this decision; the message says why."""
+
+    # How the console shows the refusal (a notice's tone).
+    tone = "warning"
+
+
+class AlreadyApproved(DecisionRefused):
+    """The reviewer's approval of exactly this is already counted: nothing to do, and nothing is recorded."""
+
+    tone = "info"
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the page a reviewer decided on showed: the arguments' hash and the tool version they were judged under."""
+
+    arguments_hash: str
+    tool_version: int | None
+
+    def check(self, call: ToolCall) -> None:
+        """Raise DecisionRefused unless `call` is still exactly what the reviewer was shown."""
+        if not self.arguments_hash:
+            raise DecisionRefused("Open the call's page and read its arguments before approving.")
+        if call.arguments_hash != self.arguments_hash:
+            raise DecisionRefused("The arguments changed since this page was drawn; read them again first.")
+        if call.tool_version != self.tool_version:
+            # The tool's endpoint, schema or rules may differ from what the page described.
+            raise DecisionRefused(
+                f"The tool “{call.tool.name}” changed (now version {call.tool_version}) since this page was drawn; "
+                "read the call again first."
+            )
 
 
 def check_may_decide(call: ToolCall, reviewer: AbstractBaseUser, *, approving: bool) -> None:
@@ -30,12 +63,43 @@ def check_may_decide(call: ToolCall, reviewer: AbstractBaseUser, *, approving: b
         raise DecisionRefused(
             f"This call is no longer waiting for a decision (it is {call.get_status_display().lower()})."
         )
+    if not call.agent.active:  # proposed just as its agent was deactivated: the withdrawal missed it
+        raise DecisionRefused("The agent that proposed this call was deactivated; the call can no longer run.")
     if call.expires_at is not None and call.expires_at <= timezone.now():
         raise DecisionRefused("This call's approval window has passed; it can no longer be decided.")
     if call.agent.owner_id is not None and call.agent.owner_id == reviewer.pk:
         raise DecisionRefused("You own the agent that proposed this call; another reviewer must decide it.")
     if approving:
-        tier = RiskTier.objects.select_related("approver_group").filter(level=call.risk_tier).first()
-        group = tier.approver_group if tier else None
-        if group is not None and not reviewer.groups.filter(pk=group.pk).exists():
-            raise DecisionRefused(f"Calls at tier {call.risk_tier} may only be approved by members of “{group.name}”.")
+        check_may_approve(call, reviewer)
+
+
+def check_may_approve(call: ToolCall, reviewer: AbstractBaseUser) -> None:
+    """Raise DecisionRefused unless `reviewer`'s approval of the call as it stands would count."""
+    tier = RiskTier.objects.select_related("approver_group").filter(level=call.risk_tier).first()
+    group = tier.approver_group if tier else None
+    if group is not None and not reviewer.groups.filter(pk=group.pk).exists():
+        raise DecisionRefused(f"Calls at tier {call.risk_tier} may only be approved by members of “{group.name}”.")
+    if proposed_these_arguments(call, reviewer):
+        others = "two other reviewers" if call.approvals_required > 1 else "another reviewer"
+        raise DecisionRefused(f"You edited these arguments, so you proposed them: {others} must approve them.")
+    if has_approved(call, reviewer):
+        raise AlreadyApproved(waiting_words(call))
+
+
+def proposed_these_arguments(call: ToolCall, reviewer: AbstractBaseUser) -> bool:
+    """Return whether `reviewer` edited the call into its current arguments (an edit binds what it proposed)."""
+    return call.decisions.filter(kind=DecisionKind.EDIT, reviewer=reviewer, arguments_hash=call.arguments_hash).exists()
+
+
+def has_approved(call: ToolCall, reviewer: AbstractBaseUser) -> bool:
+    """Return whether `reviewer` approved the current arguments under the current tool version."""
+    return call.decisions.filter(
+        kind=DecisionKind.APPROVE, reviewer=reviewer, arguments_hash=call.arguments_hash, tool_version=call.tool_version
+    ).exists()
+
+
+def waiting_words(call: ToolCall) -> str:
+    """Return what a reviewer whose approval is counted reads while the call waits for others."""
+    count, needed = call.approval_count(), max(call.approvals_required, 1)
+    ordinal = ORDINALS.get(count + 1, "another")
+    return f"You approved these arguments ({count} of {needed}). Waiting for a {ordinal} reviewer."

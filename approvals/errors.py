@@ -19,12 +19,14 @@ ERROR_STATUS: dict[str, int] = {
     "permission_denied": 403,
     "unknown_or_not_permitted_tool": 404,
     "not_found": 404,
+    "method_not_allowed": 405,
     "idempotency_conflict": 409,
     "payload_too_large": 413,
     "invalid_arguments": 422,
     "circuit_open": 429,
     "budget_exhausted": 429,
     "rate_limited": 429,
+    "internal_error": 500,
     "service_unavailable": 503,
 }
 

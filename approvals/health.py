@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from django.conf import settings
+from celery import current_app
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
-from kombu import Connection
 
 
 def _database_ok() -> bool:
@@ -21,7 +20,8 @@ def _database_ok() -> bool:
 
 def _broker_ok() -> bool:
     try:
-        with Connection(settings.CELERY_BROKER_URL, connect_timeout=1, transport_options={"max_retries": 0}) as conn:
+        # The app's own connection: the same URL, transport and options its tasks are sent with.
+        with current_app.connection_for_write(connect_timeout=1, transport_options={"max_retries": 0}) as conn:
             conn.ensure_connection(max_retries=1, timeout=1)
         return True
     except Exception:  # noqa: BLE001

@@ -86,21 +86,12 @@ class ToolCall(ReviewActions, ExecutionSteps, models.Model):
     def __str__(self) -> str:
         return f"{self.tool.name} by {self.agent.name} ({self.status})"
 
-    @property
-    def is_terminal(self) -> bool:
-        return self.status in TERMINAL_STATUSES
-
-    @property
-    def is_settled(self) -> bool:
-        return self.status in SETTLED_STATUSES
-
     def insert(self) -> None:
         """INSERT this new call with a statement built once per process.
 
-        Proposals are the hot path, and `save()` compiles its INSERT anew each time:
-        a third of a proposal's CPU (docs/benchmarks.md). No signals are sent (none
-        are connected for calls); a taken idempotency key raises IntegrityError as
-        save() would.
+        Proposals are the hot path, and `save()` compiles its INSERT anew each time.
+        No signals are sent (none are connected for calls); a taken idempotency key
+        raises IntegrityError as save() would.
         """
         with connection.cursor() as cursor:
             cursor.execute(*self.insert_statement())

@@ -8,20 +8,22 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agents.breakers import record_failure, record_success
+from agents.budgets import BudgetExhausted, budgets_for, exhausted, spend
 from agents.grants import ReadGrant, find_grant
-from agents.models import Agent, Grant
+from agents.models import Agent, BudgetScope, Grant
 from approvals import execution
 from approvals.errors import ApiError
 from approvals.jsonbody import nul_fields
 from approvals.models import Status, ToolCall
-from audit.chain import canonical_json, one_message_possible, record_alone, record_with
+from audit.canonical import canonical_hash, inexact_numbers, normalized
+from audit.chain import one_message_possible, record_alone, record_with
 from audit.models import ActorKind
 from toolcatalog.policies import policy_for
 from toolcatalog.policy import Outcome, Verdict, evaluate
@@ -49,7 +51,6 @@ class Proposed:
     replayed: bool = False
     preview: dict[str, Any] | None = None
     verdict: Verdict | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def sha256_hex(text: str) -> str:
@@ -57,8 +58,8 @@ def sha256_hex(text: str) -> str:
 
 
 def arguments_hash(arguments: dict[str, Any]) -> str:
-    """Return the hash of the canonical form of `arguments` (key order does not matter)."""
-    return sha256_hex(canonical_json(arguments))
+    """Return the hash of the canonical form (RFC 8785) of `arguments`: key order and number spelling do not matter."""
+    return canonical_hash(arguments)
 
 
 def derive_key(conversation_id: str, step: int, call_index: int) -> str:
@@ -124,23 +125,36 @@ def resolve_grant(agent: Agent, tool_name: str, read: ReadGrant | None = None) -
 
 
 def gate_error(agent: Agent, grant: Grant, proposal: Proposal) -> ApiError | None:
-    """Return the refusal of an open circuit breaker or an exhausted budget, if any."""
+    """Return the refusal of an open circuit breaker, if any (budgets are spent as the call is stored)."""
     if grant.breaker_open:  # type: ignore[attr-defined]
         return ApiError(
             "circuit_open",
             f"Too many consecutive failed calls of '{grant.tool.name}': a reviewer must reset this "
             "agent's circuit breaker before it may call the tool again.",
         )
-    budget = agent.max_calls_per_conversation
-    if budget and proposal.conversation_id:
-        used = ToolCall.objects.filter(agent=agent, conversation_id=proposal.conversation_id).count()
-        if used >= budget:
-            return ApiError(
-                "budget_exhausted",
-                f"This conversation has used its budget of {budget} tool calls. Finish, or hand over to a person.",
-                budget=budget,
-            )
     return None
+
+
+def budget_error(spent_out: BudgetExhausted) -> ApiError:
+    """Return the refusal of an exhausted budget: which one, its limit and, for the agent's window, when it refills."""
+    budget = spent_out.budget
+    if budget.scope == BudgetScope.CONVERSATION:
+        return ApiError(
+            "budget_exhausted",
+            f"This conversation has used its budget of {budget.limit} tool calls. Finish, or hand over to a person.",
+            budget=budget.limit,
+            scope="conversation",
+        )
+    error = ApiError(
+        "budget_exhausted",
+        f"This agent has used its budget of {budget.limit} tool calls for now, in any conversation. "
+        f"Try again in {spent_out.retry_after} s, or hand over to a person.",
+        budget=budget.limit,
+        scope="agent",
+        retry_after=spent_out.retry_after,
+    )
+    error.headers["Retry-After"] = str(spent_out.retry_after)
+    return error
 
 
 def _refuse_gate(agent: Agent, grant: Grant, error: ApiError) -> NoReturn:
@@ -165,13 +179,30 @@ def refuse_unstorable(arguments: dict[str, Any]) -> None:
         )
 
 
+def intake_arguments(arguments: Any) -> Any:
+    """Return the arguments in their canonical form (100.0 → 100), the one hashed, stored and run.
+
+    Refuses an integer no double holds exactly (beyond ±2**53 − 1, e.g. 9007199254740993):
+    RFC 8785, and any I-JSON reader downstream, would take it as a neighbouring number.
+    """
+    paths = inexact_numbers(arguments)
+    if paths:
+        raise ApiError(
+            "invalid_arguments",
+            "Some integers in the arguments are more precise than a JSON number (an IEEE double) "
+            "can be: send such values as strings.",
+            errors=[{"field": path or "arguments", "problem": "must be a number JSON holds exactly"} for path in paths],
+        )
+    return normalized(arguments)
+
+
 def propose(agent: Agent, proposal: Proposal, read: ReadGrant | None = None) -> Proposed:
     """Run one proposal through the pipeline; raise ApiError for a refusal (`read`: see `resolve_grant`)."""
     grant = resolve_grant(agent, proposal.tool, read)
     refuse_unstorable(proposal.arguments)
     key = resolve_key(proposal)
-    arguments = fill_tool_key(grant, proposal.arguments, key)
-    request_hash = sha256_hex(canonical_json({"tool": grant.tool.name, "arguments": arguments}))
+    arguments = fill_tool_key(grant, intake_arguments(proposal.arguments), key)
+    request_hash = canonical_hash({"tool": grant.tool.name, "arguments": arguments})
     # A refusal does not bind the key (as Stripe does for requests that fail
     # validation), but a key that already belongs to an accepted call still wins.
     refused_error = gate_error(agent, grant, proposal)
@@ -185,7 +216,7 @@ def propose(agent: Agent, proposal: Proposal, read: ReadGrant | None = None) -> 
             "(or conversation_id, step and call_index to derive one).",
         )
     if proposal.dry_run:
-        return _dry_run(agent, grant, arguments, verdict)
+        return _dry_run(agent, grant, arguments, verdict, proposal.conversation_id or "")
     if verdict.refused:
         return _replay_existing(agent, key, request_hash) or _refuse(agent, grant, proposal, arguments, verdict)
     return _accept(agent, grant, proposal, arguments, verdict, key, request_hash)
@@ -224,7 +255,11 @@ def _accept(
         risk_reasons=verdict.risk_reasons,
         approvals_required=verdict.approvals_required,
     )
-    existing = _insert(call, verdict)
+    try:
+        existing = _insert(call, verdict)
+    except BudgetExhausted as spent_out:
+        # Nothing was stored or spent; a key that already belongs to an accepted call still wins.
+        return _replay_existing(agent, key, request_hash) or _refuse_gate(agent, grant, budget_error(spent_out))
     if existing is not None:
         return _replay(existing, request_hash)
     if grant.breaker_failures:  # type: ignore[attr-defined]
@@ -233,12 +268,15 @@ def _accept(
 
 
 def _insert(call: ToolCall, verdict: Verdict) -> ToolCall | None:
-    """Insert the call with its audit event; return the existing call if the key is taken.
+    """Insert the call with its audit event, spending its budgets; return the existing call if the key is taken.
 
     The unique constraint on (agent, idempotency_key) decides between concurrent
-    duplicates: the loser's insert fails and it reads the winner's row.
+    duplicates: the loser's insert fails and it reads the winner's row. Budgets
+    are spent in the same transaction, so a loser (a replay) spends nothing, and
+    BudgetExhausted leaves nothing stored.
     """
     now = timezone.now()
+    budgets = budgets_for(call.agent, call.conversation_id, now)
     call.created_at = now
     if verdict.outcome == Outcome.PENDING_APPROVAL and verdict.approval_window is not None:
         call.expires_at = now + verdict.approval_window
@@ -247,10 +285,13 @@ def _insert(call: ToolCall, verdict: Verdict) -> ToolCall | None:
         call.approved_arguments_hash = call.arguments_hash
         call.approved_tool_version = call.tool_version
     try:
-        if one_message_possible():  # PostgreSQL: the call, its event and the commit in one round trip
+        # PostgreSQL with no budget to spend: the call, its event and the commit in one round trip.
+        if one_message_possible() and not budgets:
             _insert_in_one_message(call)
         else:
             with transaction.atomic():
+                # First: the counter rows are locked before the audit chain, as every row is.
+                spend(call.agent, budgets, now)
                 call.insert()
                 call.audit("call.proposed", actor=(ActorKind.AGENT, call.agent.name), data=_proposed_data(call))
                 if call.status == Status.APPROVED:
@@ -343,9 +384,12 @@ def _refuse(agent: Agent, grant: Grant, proposal: Proposal, arguments: Any, verd
     raise error
 
 
-def _dry_run(agent: Agent, grant: Grant, arguments: dict[str, Any], verdict: Verdict) -> Proposed:
-    """Predict the call's effect without storing or executing anything."""
+def _dry_run(agent: Agent, grant: Grant, arguments: dict[str, Any], verdict: Verdict, conversation_id: str) -> Proposed:
+    """Predict the call's effect without storing, executing or spending anything."""
     if verdict.refused:
         raise ApiError.from_verdict(verdict)
+    spent_out = exhausted(agent, conversation_id, timezone.now())
+    if spent_out is not None:
+        raise budget_error(spent_out)
     preview = execution.preview_arguments(grant.tool, agent, arguments)
     return Proposed(preview=preview, verdict=verdict)

@@ -17,7 +17,7 @@ from django.db import transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
-from agents.models import Grant
+from agents.models import Agent, Grant
 from approvals.errors import ApiError
 from approvals.models import SYSTEM, Status, ToolCall
 from toolcatalog.policies import policy_for, tier_specs
@@ -113,3 +113,19 @@ def _refuse(call: ToolCall, verdict: Verdict, version: int) -> bool:
         risk_reasons=verdict.risk_reasons,
         finished_at=timezone.now(),
     )
+
+
+def on_agent_saved(
+    sender: type, *, instance: Agent, update_fields: frozenset[str] | None = None, **kwargs: Any
+) -> None:
+    """Receive `post_save` of an agent: a deactivated agent's waiting calls are withdrawn.
+
+    In the saving transaction (the admin's change form and action are atomic), so the
+    deactivation and the withdrawal commit together; saving an inactive agent again finds
+    nothing left to withdraw.
+    """
+    if instance.active or (update_fields is not None and "active" not in update_fields):
+        return
+    withdrawn = ToolCall.withdraw_calls_of(instance.pk)
+    if withdrawn:
+        log.info("agent %s deactivated: %d waiting call(s) withdrawn", instance.name, withdrawn)

@@ -12,8 +12,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from approvals.duties import DecisionRefused, check_may_decide
-from approvals.states import SYSTEM, DecisionKind, Status
+from approvals.duties import DecisionRefused, Seen, check_may_decide
+from approvals.states import AGENT_DEACTIVATED, SYSTEM, WITHDRAWABLE_STATUSES, DecisionKind, Status
 from audit.models import ActorKind
 
 if TYPE_CHECKING:
@@ -24,52 +24,64 @@ class ReviewActions:
     """approve / reject / edit_arguments / expire, for ToolCall."""
 
     def _locked(self) -> ToolCall:
-        """Return this call re-read under a row lock (decisions on one call are serialised)."""
-        return type(self).objects.select_for_update().select_related("agent", "tool").get(pk=self.pk)
+        """Return this call re-read under a row lock (decisions on one call are serialised).
 
-    def _decision(self, reviewer: AbstractBaseUser, kind: str, reason: str = "") -> Decision:
+        Only the call's row: locking its agent too would make a deactivation (which holds
+        the agent's row, then locks its calls to withdraw them) and an approval deadlock.
+        """
+        return type(self).objects.select_for_update(of=("self",)).select_related("agent", "tool").get(pk=self.pk)
+
+    def _decision(
+        self, reviewer: AbstractBaseUser, kind: str, reason: str = "", *, arguments_hash: str | None = None
+    ) -> Decision:
+        """Record a reviewer's act, bound to the call's arguments (an edit: to the arguments it proposed)."""
         return self.decisions.model.objects.create(
             call=self,
             reviewer=reviewer,
             reviewer_name=reviewer.get_username(),
             kind=kind,
             reason=reason,
-            arguments_hash=self.arguments_hash,
+            arguments_hash=arguments_hash or self.arguments_hash,
             tool_version=self.tool_version,
         )
 
-    def approval_count(self) -> int:
-        """Return how many distinct reviewers approved the current arguments under the current tool version."""
-        return (
+    def approver_names(self) -> list[str]:
+        """Return who approved the current arguments under the current tool version.
+
+        Whoever edited the call into these arguments proposed them, so their approval of
+        them never counts (an edit back to arguments they had approved earlier included).
+        """
+        editors = self.decisions.filter(kind=DecisionKind.EDIT, arguments_hash=self.arguments_hash)
+        names = (
             self.decisions.filter(
                 kind=DecisionKind.APPROVE, arguments_hash=self.arguments_hash, tool_version=self.tool_version
             )
-            .values("reviewer_name")
-            .distinct()
-            .count()
+            .exclude(reviewer_name__in=editors.values("reviewer_name"))
+            .values_list("reviewer_name", flat=True)
         )
+        return sorted(set(names))
 
-    def approve(self, reviewer: AbstractBaseUser) -> bool:
+    def approval_count(self) -> int:
+        """Return how many distinct reviewers' approvals of the call as it stands count."""
+        return len(self.approver_names())
+
+    def approve(self, reviewer: AbstractBaseUser, *, seen: Seen | None = None) -> bool:
         """Record `reviewer`'s approval; return True if the call is now approved to run.
 
-        One reviewer approving twice counts once. The approval binds the hash of the
-        arguments and the tool version the reviewer saw; execution checks both.
+        `seen`: what the reviewer's page showed; the approval is refused unless the call
+        still has those arguments under that tool version. The approval binds both, and
+        execution checks both. A reviewer whose approval already counts is told so
+        (AlreadyApproved) and nothing is recorded.
         """
         from approvals.execution import enqueue_on_commit
 
         actor = (ActorKind.REVIEWER, reviewer.get_username())
         with transaction.atomic():
-            call = self._locked()
+            call = self._locked()  # held until commit: no edit or re-judging slips in after these checks
             check_may_decide(call, reviewer, approving=True)
-            # An approval of an older tool version is not this approval: the reviewer approves again.
-            already = call.decisions.filter(
-                kind=DecisionKind.APPROVE,
-                reviewer=reviewer,
-                arguments_hash=call.arguments_hash,
-                tool_version=call.tool_version,
-            ).exists()
-            if not already:
-                call._decision(reviewer, DecisionKind.APPROVE)
+            if seen is not None:
+                seen.check(call)
+            call._decision(reviewer, DecisionKind.APPROVE)
             count = call.approval_count()
             call.audit(
                 "call.approval_recorded",
@@ -77,8 +89,8 @@ class ReviewActions:
                 data={
                     "approvals": count,
                     "required": call.approvals_required,
-                    "repeat": already,
                     "arguments_hash": call.arguments_hash,
+                    "tool_version": call.tool_version,
                 },
             )
             if count < max(call.approvals_required, 1):
@@ -142,6 +154,38 @@ class ReviewActions:
                 )
         return bool(won)
 
+    @classmethod
+    def withdraw_calls_of(cls, agent_id: int) -> int:
+        """Withdraw a deactivated agent's calls that wait for a reviewer or a worker; return how many.
+
+        The rows are locked, so a concurrent approval or a worker's claim waits for this
+        and then finds the call withdrawn; a call a worker already claimed (executing)
+        runs to its end, and a finished one is left as it is.
+        """
+        with transaction.atomic():
+            calls = (
+                cls.objects.select_for_update(of=("self",))
+                .select_related("agent", "tool")
+                .filter(agent_id=agent_id, status__in=WITHDRAWABLE_STATUSES)
+            )
+            return sum(call.withdraw() for call in calls)
+
+    def withdraw(self) -> bool:
+        """Refuse this pending or approved call because its agent was deactivated; return whether this caller did."""
+        error = {
+            "error": AGENT_DEACTIVATED,
+            "message": "The agent that proposed this call was deactivated, so the call was withdrawn: it will not run.",
+        }
+        return self.transition(
+            WITHDRAWABLE_STATUSES,
+            Status.REFUSED,
+            actor=SYSTEM,
+            action="call.withdrawn",
+            data={"reason": AGENT_DEACTIVATED, "was": self.status, "error": error},
+            error=error,
+            finished_at=timezone.now(),
+        )
+
     def edit_arguments(self, reviewer: AbstractBaseUser, arguments: dict[str, Any], verdict: Any) -> None:
         """Replace the arguments with a reviewer's edit, already re-validated and re-classified as `verdict`.
 
@@ -155,10 +199,12 @@ class ReviewActions:
             call = self._locked()
             check_may_decide(call, reviewer, approving=False)
             before = call.arguments
-            call._decision(reviewer, DecisionKind.EDIT)
+            edited_hash = arguments_hash(arguments)
+            # The editor proposed these arguments: the decision binds them, so their approval of them won't count.
+            call._decision(reviewer, DecisionKind.EDIT, arguments_hash=edited_hash)
             fields = {
                 "arguments": arguments,
-                "arguments_hash": arguments_hash(arguments),
+                "arguments_hash": edited_hash,
                 "original_arguments": call.original_arguments or before,
                 "risk_tier": verdict.risk_tier,
                 "risk_reasons": verdict.risk_reasons,

@@ -2,10 +2,9 @@
 
 An auto-approved call crosses a handful of single-row statements: the worker loads
 the call with its tool and agent, and each step is a compare-and-set `UPDATE`. The
-ORM compiles each of them anew on every call, and that compiling was a large part
-of the worker's CPU per call (docs/benchmarks.md). These functions build each
-statement's text once and bind values prepared exactly as the ORM prepares them
-(`get_db_prep_save`), so what is stored is the same.
+ORM would compile each of them anew for every call the worker runs. These functions
+build each statement's text once and bind values prepared exactly as the ORM
+prepares them (`get_db_prep_save`), so what is stored is the same.
 """
 
 from __future__ import annotations

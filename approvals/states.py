@@ -27,6 +27,11 @@ TERMINAL_STATUSES = frozenset(
 # States where nothing more happens until a person acts (or the call is done).
 SETTLED_STATUSES = TERMINAL_STATUSES | {Status.PENDING_APPROVAL}
 
+# A deactivated agent's calls that nothing has started yet: they are refused with this error code.
+# Not a status of its own: like a policy change that refuses a waiting call, it is the policy saying no.
+AGENT_DEACTIVATED = "agent_deactivated"
+WITHDRAWABLE_STATUSES = (Status.PENDING_APPROVAL, Status.APPROVED)
+
 
 class DecisionKind(models.TextChoices):
     APPROVE = "approve", "Approve"

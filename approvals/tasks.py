@@ -13,13 +13,12 @@ from approvals.executing import Sent
 
 
 @shared_task(name="approvals.tasks.execute_call", ignore_result=True)
-def execute_call(*, call_id: str, attempts: int | None = None, agent: str = "", tool: str = "") -> None:
+def execute_call(*, call_id: str, attempts: int, agent: str, tool: str) -> None:
     """Run one attempt at an approved call; a duplicate or stale delivery does nothing.
 
-    `attempts`, `agent`, `tool`: the call as the sender saw it (`execution.enqueue`);
-    a message without them (sent by an older version) is claimed as before.
+    `attempts`, `agent`, `tool`: the call as the sender saw it (`execution.enqueue`).
     """
-    sent = None if attempts is None else Sent(attempts=attempts, agent=agent, tool=tool)
+    sent = Sent(attempts=attempts, agent=agent, tool=tool)
     call = execution.claim(call_id, sent)  # approved → executing with a lease, or None
     if call is None:
         return

@@ -38,8 +38,8 @@ log = logging.getLogger(__name__)
 
 # Re-read the row at least this often even when told nothing (a message lost with Redis).
 SAFETY_POLL = 0.5
-# Without notifications: an auto-approved call settles in tens of milliseconds, and a
-# first sleep of 50 ms was once most of its end-to-end latency (docs/benchmarks.md).
+# Without notifications: an auto-approved call settles in tens of milliseconds, so a
+# first sleep of the same order would add about as much again to the wait.
 FIRST_POLL = 0.005
 
 

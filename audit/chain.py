@@ -5,6 +5,11 @@ edit, insertion or deletion inside the chain breaks every hash after it; signed
 checkpoints (audit/checkpoints.py) make cutting off the tail detectable too.
 Writers are serialised (a transaction-scoped advisory lock on PostgreSQL,
 IMMEDIATE transactions on SQLite) so two writers never chain to the same head.
+
+Events are hashed in the one canonical form (audit/canonical.py, RFC 8785).
+Events written before it kept their hash of the earlier form (`_legacy_json`), and
+verify by it: each form is one text per JSON value, so content that matches its
+hash under either is the content that was hashed.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import os
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
@@ -27,6 +33,7 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 from django.utils import timezone
 
+from audit.canonical import canonical_json, normalized
 from audit.models import HASHED_FIELDS, Event
 
 GENESIS_HASH = "0" * 64
@@ -34,15 +41,38 @@ GENESIS_HASH = "0" * 64
 _CHAIN_LOCK_KEY = 0x6761746568
 
 
-def canonical_json(value: Any) -> str:
-    """Return the one canonical JSON text of a value (sorted keys, no spaces)."""
+def event_hash(prev_hash: str, fields: dict[str, object]) -> str:
+    """Return the hash that chains `fields` onto `prev_hash`."""
+    return _chained(prev_hash, canonical_json(fields))
+
+
+def _chained(prev_hash: str, text: str) -> str:
+    return hashlib.sha256((prev_hash + text).encode("utf-8")).hexdigest()
+
+
+def _legacy_json(value: Any) -> str:
+    """Return the text events were hashed in before the canonical form: Python's sorted, compact JSON."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, cls=DjangoJSONEncoder)
 
 
-def event_hash(prev_hash: str, fields: dict[str, object]) -> str:
-    """Return the hash that chains `fields` onto `prev_hash`."""
-    payload = prev_hash + canonical_json(fields)
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+def _as_legacy_floats(value: Any) -> Any:
+    """Return `value` with each integer of 17+ digits that is a float's Python text taken as that float.
+
+    The earlier form hashed a float like 1e16 as `1e+16`, and PostgreSQL's jsonb
+    hands it back as the integer 10000000000000000: the same number, which this
+    writes as the earlier form did.
+    """
+    if isinstance(value, dict):
+        return {key: _as_legacy_floats(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_as_legacy_floats(item) for item in value]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**16:
+        try:
+            as_float = float(value)
+        except OverflowError:
+            return value
+        return as_float if Decimal(repr(as_float)) == value else value
+    return value
 
 
 _LOCK_SQL = "SELECT pg_advisory_xact_lock(%s)"
@@ -194,8 +224,8 @@ def new_event(
         call_id=call_id,
         agent_name=agent_name[:150],
         tool_name=tool_name[:100],
-        # Round-trip through JSON so the hash covers exactly what the database stores.
-        data=json.loads(canonical_json(data or {})),
+        # Normalised so the hash covers exactly what the database stores and gives back.
+        data=normalized(data or {}),
     )
 
 
@@ -294,10 +324,10 @@ def iter_breaks(chunk_size: int = 10_000) -> Iterator[ChainBreak]:
     """Yield the places where the stored chain does not verify, in order.
 
     Streams plain tuples (no model instances), `data` as its JSON text and, on
-    PostgreSQL, `created_at` as ISO text: a million events are bounded by decoding
-    and re-encoding, so `_breaks` uses orjson first (~4× faster here) and
-    the exact canonical form only when that does not match, and timestamps skip
-    the driver's timezone-aware loader (a third of the walk otherwise).
+    PostgreSQL, `created_at` as ISO text: a walk over a million events is bound by
+    decoding and re-encoding, so `_breaks` tries orjson first and the exact
+    canonical form only when that does not match, and timestamps skip the driver's
+    timezone-aware loader.
     """
     columns = [
         name if name != "call_id" else "call_text" for name in HASHED_FIELDS if name not in ("created_at", "data")
@@ -439,14 +469,18 @@ def _call_id_column() -> Expression:
 
 
 def _content_matches(columns: tuple[Any, ...], data_text: str, prev_hash: str, stored_hash: str) -> bool:
-    """Return whether an event's columns and data hash to `stored_hash`, by canonical_json itself.
+    """Return whether an event's columns and data hash to `stored_hash`, by the exact forms.
 
-    The walk checks with orjson first: its compact, key-sorted output is
-    canonical_json's for the JSON the chain holds, except in corner cases (float
-    exponents, integers beyond 64 bits). Only this exact form decides that an event
-    was altered.
+    The walk checks with orjson first: its compact, key-sorted output is the
+    canonical form's for most of the JSON the chain holds, but not all (float
+    exponents, integers beyond 64 bits). Only the exact forms decide that an event
+    was altered: the canonical one, then the earlier one events written before it
+    were hashed in (their floats as they were written, then as PostgreSQL gave them back).
     """
-    return event_hash(prev_hash, Event.fields_to_hash(*columns, json.loads(data_text))) == stored_hash
+    fields = Event.fields_to_hash(*columns, json.loads(data_text))
+    if event_hash(prev_hash, fields) == stored_hash or _chained(prev_hash, _legacy_json(fields)) == stored_hash:
+        return True
+    return _chained(prev_hash, _legacy_json(_as_legacy_floats(fields))) == stored_hash
 
 
 def first_break(workers: int | None = None, parallel_min: int = PARALLEL_MIN_EVENTS) -> ChainBreak | None:

@@ -1,4 +1,4 @@
-"""The audit log browser: filters, keyset pages, streamed CSV / JSON Lines export, chain status.
+"""The audit log browser: filters and search, keyset pages, streamed CSV / JSON Lines export, chain status.
 
 `audit` is a leaf app, so the reviewer permission is named by string rather than
 imported. Pages use keyset pagination on `seq` (no COUNT, no OFFSET), so the first
@@ -11,14 +11,18 @@ import csv
 import json
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, time, timedelta
+from functools import reduce
+from operator import or_
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib.auth.decorators import login_required, permission_required
 from django.core.cache import cache
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.core.validators import MaxValueValidator
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
@@ -26,6 +30,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from audit.chain import first_break
 from audit.models import HASHED_FIELDS, Event
+from audit.search import call_id_lookups, json_contains
 
 REVIEW_PERMISSION = "approvals.review_toolcall"
 PAGE_SIZE = 100
@@ -35,23 +40,49 @@ CHAIN_CACHE_SECONDS = 120
 EXPORT_FIELDS = (*HASHED_FIELDS, "prev_hash", "hash")
 # A spreadsheet would run a cell starting with these as a formula; agents choose some of this text.
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+# A call's arguments are recorded once, in its proposal's event.
+PROPOSED_ACTION = "call.proposed"
+# The filters (the keyset position `before` only moves through the results).
+FILTERS = ("q", "agent", "tool", "action", "call", "date_from", "date_to")
 
 
 class EventFilterForm(forms.Form):
+    """The audit log's query string: filters, free-text search and page position, each value validated."""
+
+    q = forms.CharField(
+        required=False,
+        max_length=200,
+        label="Search",
+        widget=forms.TextInput(attrs={"type": "search", "placeholder": "PED-00000001, agent, call id…"}),
+    )
     agent = forms.CharField(required=False, max_length=150)
     tool = forms.CharField(required=False, max_length=100)
     action = forms.CharField(required=False, max_length=64)
     call = forms.UUIDField(required=False, label="Call id")
     date_from = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}))
     date_to = forms.DateField(required=False, label="To", widget=forms.DateInput(attrs={"type": "date"}))
+    before = forms.IntegerField(
+        required=False, min_value=1, validators=[MaxValueValidator(2**63 - 1)], widget=forms.HiddenInput
+    )
+
+    def filter_query(self) -> str:
+        """Return the valid filters as a query string (no `before`): what polls, pages and exports keep."""
+        self.is_valid()
+        data = getattr(self, "cleaned_data", {})
+        return urlencode({name: self.data[name] for name in FILTERS if data.get(name) not in (None, "")})
 
 
 def _day_start(day: date) -> datetime:
     return datetime.combine(day, time.min, tzinfo=UTC)
 
 
+def _day_end(day: date) -> datetime | None:
+    """Return when `day` ends (UTC), or None for the calendar's last day (nothing comes after it)."""
+    return _day_start(day + timedelta(days=1)) if day < date.max else None
+
+
 def filtered_events(form: EventFilterForm) -> QuerySet[Event]:
-    """Return the events matching the form's valid filters (exact matches on indexed columns)."""
+    """Return the events matching the form's valid filters (exact matches on indexed columns) and search."""
     form.is_valid()
     data = getattr(form, "cleaned_data", {})
     lookups = {
@@ -60,10 +91,25 @@ def filtered_events(form: EventFilterForm) -> QuerySet[Event]:
         "action": data.get("action"),
         "call_id": data.get("call"),
         "created_at__gte": _day_start(data["date_from"]) if data.get("date_from") else None,
-        "created_at__lt": _day_start(data["date_to"] + timedelta(days=1)) if data.get("date_to") else None,
+        "created_at__lt": _day_end(data["date_to"]) if data.get("date_to") else None,
     }
     events = Event.objects.filter(**{key: value for key, value in lookups.items() if value})
+    events = matching(events, data.get("q") or "")
     return events.filter(**_seq_bounds(lookups["created_at__gte"], lookups["created_at__lt"]))
+
+
+def matching(events: QuerySet[Event], text: str) -> QuerySet[Event]:
+    """Return the events whose names or data contain `text`, or whose call's arguments do (any case)."""
+    if not text:
+        return events
+    about = Event.objects.filter(json_contains("data", text), action=PROPOSED_ACTION, call_id__isnull=False)
+    wanted = [
+        *(Q(**{f"{name}__icontains": text}) for name in ("agent_name", "actor_name", "tool_name", "action")),
+        json_contains("data", text),
+        Q(call_id__in=about.values("call_id")),
+        *call_id_lookups("call_id", text),
+    ]
+    return events.filter(reduce(or_, wanted))
 
 
 def _seq_bounds(start: datetime | None, end: datetime | None) -> dict[str, int]:
@@ -82,13 +128,6 @@ def _seq_bounds(start: datetime | None, end: datetime | None) -> dict[str, int]:
     return bounds
 
 
-def _before(request: HttpRequest) -> int | None:
-    try:
-        return int(request.GET["before"])
-    except (KeyError, ValueError):
-        return None
-
-
 def reviewer_only(view: Any) -> Any:
     """Signed-in reviewers only (the same permission as the rest of the console)."""
     return login_required(permission_required(REVIEW_PERMISSION, raise_exception=True)(view))
@@ -101,22 +140,21 @@ def event_log(request: HttpRequest) -> HttpResponse:
     """Audit events newest first, 100 a page; htmx polls of the first page get just the table."""
     form = EventFilterForm(request.GET)
     events = filtered_events(form)
-    before = _before(request)
+    before = form.cleaned_data.get("before")
     if before is not None:
         events = events.filter(seq__lt=before)
     page = list(events.order_by("-seq")[: PAGE_SIZE + 1])
-    params = request.GET.copy()
-    params.pop("before", None)
     context = {
         "form": form,
         "events": page[:PAGE_SIZE],
         "next_before": page[PAGE_SIZE - 1].seq if len(page) > PAGE_SIZE else None,
         "paged": before is not None,
-        "filter_query": params.urlencode(),
+        "filter_query": form.filter_query(),
     }
     partial = request.htmx and not request.htmx.history_restore_request
     template = "audit/_event_rows.html" if partial else "audit/event_log.html"
-    return render(request, template, context)
+    # An invalid value is not applied; the filter bar says which.
+    return render(request, template, context, status=400 if form.errors else 200)
 
 
 def iter_events(events: QuerySet[Event]) -> Iterator[Event]:
@@ -163,9 +201,12 @@ def _json_lines(events: QuerySet[Event]) -> Iterator[str]:
 
 @require_GET
 @reviewer_only
-def export(request: HttpRequest, fmt: str) -> StreamingHttpResponse:
+def export(request: HttpRequest, fmt: str) -> StreamingHttpResponse | HttpResponse:
     """Stream the filtered events as CSV (for people; formula-like cells quoted) or JSON Lines (exact)."""
-    events = filtered_events(EventFilterForm(request.GET))
+    form = EventFilterForm(request.GET)
+    events = filtered_events(form)
+    if form.errors:  # an export must hold what was asked for, not more
+        return HttpResponseBadRequest(form.errors.as_text(), content_type="text/plain; charset=utf-8")
     stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
     if fmt == "csv":
         response = StreamingHttpResponse(_csv_lines(events), content_type="text/csv; charset=utf-8")

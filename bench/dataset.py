@@ -149,13 +149,15 @@ def top_up_events(total: int) -> int:
     """COPY chained events after the head until there are `total`; return how many were added."""
     from django.db import connection, transaction
 
-    from audit.chain import _CHAIN_LOCK_KEY, GENESIS_HASH
+    from audit.chain import GENESIS_HASH
     from audit.models import HASHED_FIELDS
 
     columns = ", ".join((*HASHED_FIELDS, "prev_hash", "hash"))  # the order event_rows() yields
 
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_CHAIN_LOCK_KEY])  # no writer chains meanwhile
+        # No writer chains meanwhile, however it reads the head: the table lock holds every
+        # reader and writer of the chain until this commits (the chain's own lock is audit's).
+        cursor.execute("LOCK TABLE audit_event IN ACCESS EXCLUSIVE MODE")
         cursor.execute("SELECT seq, hash, created_at FROM audit_event ORDER BY seq DESC LIMIT 1")
         head = cursor.fetchone() or (0, GENESIS_HASH, datetime.now(UTC))
         missing = total - head[0]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from bench.ingest import TIER0_ARGUMENTS
-from bench.settings import BenchSettings
+from bench.parameters import BenchSettings
 from bench.stats import Spread, percentile
 
 POLL_SECONDS = 0.0005

@@ -51,7 +51,7 @@ def versions() -> dict[str, str]:
 def _redis_version() -> str:
     import redis
 
-    from bench.settings import SETTINGS
+    from bench.parameters import SETTINGS
 
     return str(redis.Redis.from_url(SETTINGS.redis_url).info("server").get("redis_version", "?"))
 

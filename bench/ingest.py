@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 
 from bench import wrk
-from bench.settings import BenchSettings
+from bench.parameters import BenchSettings
 from bench.stack import drain_queue
 from bench.stats import Spread
 

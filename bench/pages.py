@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 
 from bench import wrk
-from bench.settings import BenchSettings
+from bench.parameters import BenchSettings
 from bench.stats import Spread
 
 PAGES = {"queue": "/", "audit log": "/audit/"}

@@ -12,7 +12,7 @@ from bench.e2e import ROUNDS_PER_RUN, E2EResults
 from bench.environment import Machine
 from bench.ingest import CONCURRENCIES, IngestResults
 from bench.pages import PAGES, PageResults
-from bench.settings import BenchSettings
+from bench.parameters import BenchSettings
 from bench.stats import Spread
 from bench.validation import ValidationResults
 from bench.verify import VerifyRun
@@ -118,17 +118,19 @@ def setup_section(r: Results) -> list[str]:
         *r.commands.values(),
         "```",
         "",
-        f"- The web server is uvicorn serving `config.asgi:application` (through `config.serve`, see findings) with "
+        f"- The web server is uvicorn serving `config.asgi:application` (through `bench.serve`, see findings) with "
         f"{s.web_workers} workers: the usual (2 × cores) + 1. Each process's psycopg pool is capped at "
         f"{s.pool_max} connections (`GATEHOUSE_DB_POOL_MAX`) so {s.web_workers} processes stay under PostgreSQL's "
         "`max_connections`.",
         "- `GATEHOUSE_RATE_LIMIT_PER_MINUTE=0`: the per-agent limit (1,200/min by default) would otherwise answer 429 "
-        "to a load test from one agent.",
-        "- The demo downstream services (executions, verifications) are this same server's "
+        "to a load test from one agent; `GATEHOUSE_AGENT_BUDGET_CALLS=0` likewise for the per-agent call budget "
+        "(1,000 an hour by default).",
+        "- The demo downstream services (executions, verifications; `GATEHOUSE_DEMO=1`) are this same server's "
         f"`/demo-services/`, via `GATEHOUSE_DEMO_SERVICES_URL={s.base_url}`.",
-        "- `GATEHOUSE_BENCH_BARE=1` installs `bench.bare`: the bare endpoint `POST /bench/insert` (parse JSON, "
-        "insert one row with a unique key, answer 201) and the bare task `bench.bare.touch` (update one row), served "
-        "by the same processes, and the two bare compositions of section 2.",
+        "- `DJANGO_SETTINGS_MODULE=bench.settings` adds `bench.bare` to the product's settings: the bare endpoint "
+        "`POST /bench/insert` (parse JSON, insert one row with a unique key, answer 201) and the bare task "
+        "`bench.bare.touch` (update one row), served by the same processes, and the two bare compositions of "
+        "section 2.",
         "",
     ]
     return lines

@@ -14,7 +14,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.settings import SETTINGS, BenchSettings
+from bench.parameters import SETTINGS, BenchSettings
 
 
 def log(message: str) -> None:
@@ -41,8 +41,9 @@ def commands(settings: BenchSettings) -> dict[str, str]:
 
     env = " ".join(
         f"{name}={settings.environment()[name]}"
-        for name in ("DEBUG", "DATABASE_URL", "CELERY_BROKER_URL", "GATEHOUSE_DEMO_SERVICES_URL",
-                     "GATEHOUSE_RATE_LIMIT_PER_MINUTE", "GATEHOUSE_DB_POOL_MAX", "GATEHOUSE_BENCH_BARE",
+        for name in ("DJANGO_SETTINGS_MODULE", "DEBUG", "DATABASE_URL", "CELERY_BROKER_URL", "GATEHOUSE_DEMO",
+                     "GATEHOUSE_DEMO_SERVICES_URL", "GATEHOUSE_RATE_LIMIT_PER_MINUTE", "GATEHOUSE_AGENT_BUDGET_CALLS",
+                     "GATEHOUSE_DB_POOL_MAX",
                      "BENCH_INSTANT_ENDPOINT")
     )  # fmt: skip
     return {

@@ -23,7 +23,7 @@ import httpx
 import psycopg
 import redis
 
-from bench.settings import BASE_DIR, PYTHON, BenchSettings
+from bench.parameters import BASE_DIR, PYTHON, BenchSettings
 
 READY_TIMEOUT = 60.0
 STOP_TIMEOUT = 10.0
@@ -50,11 +50,11 @@ def manage(env: dict[str, str], *args: str) -> str:
 
 
 def web_command(settings: BenchSettings) -> list[str]:
-    """Return the web server's command line: the Procfile's (uvicorn via config.serve), with N workers."""
+    """Return the web server's command line: the Procfile's uvicorn with N workers (via bench.serve)."""
     return [
         PYTHON,
         "-m",
-        "config.serve",
+        "bench.serve",
         "config.asgi:application",
         "--host",
         "127.0.0.1",

@@ -6,7 +6,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 
-from bench.settings import BASE_DIR, PYTHON
+from bench.parameters import BASE_DIR, PYTHON
 from bench.stats import Spread
 
 RESULT = re.compile(r"audit chain intact: (\d+) events in ([\d.]+) s")

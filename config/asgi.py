@@ -16,12 +16,14 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django_application = get_asgi_application()  # sets Django up before the MCP app imports models
 
 from approvals.mcp.http import McpEndpoint  # noqa: E402
+from approvals.middleware import ApiBodyLimit  # noqa: E402
 
 MCP_PATHS = frozenset({"/mcp", "/mcp/"})
 
 
 def route(django_app: ASGIApp, mcp_app: ASGIApp) -> ASGIApp:
     """Return an ASGI app sending lifespan and `/mcp` to `mcp_app`, the rest to `django_app`."""
+    django_app = ApiBodyLimit(django_app)  # Django would read a whole body before refusing it
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan" or (scope["type"] == "http" and scope["path"] in MCP_PATHS):

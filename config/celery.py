@@ -1,4 +1,4 @@
-"""The Celery application: Redis broker in production, the filesystem broker embedded.
+"""The Celery application: Redis broker in production, the embedded broker (config.embedded_broker) by default.
 
 Delivery is at-least-once (late acks, re-queue when a worker dies); the execution task
 makes that safe by claiming its row with a compare-and-set before any effect.
@@ -11,23 +11,11 @@ from pathlib import Path
 
 from celery import Celery
 
+from config import embedded_broker
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("gatehouse")
-
-
-def _filesystem_transport_options(folder: Path) -> dict[str, object]:
-    """Return the filesystem broker's options, creating its folders (it needs them absolute)."""
-    for sub in ("out", "processed", "control"):
-        (folder / sub).mkdir(parents=True, exist_ok=True)
-    return {
-        "data_folder_in": str(folder / "out"),
-        "data_folder_out": str(folder / "out"),
-        "processed_folder": str(folder / "processed"),
-        "control_folder": str(folder / "control"),
-        "store_processed": False,
-        "polling_interval": 0.1,
-    }
 
 
 @app.on_configure.connect
@@ -40,10 +28,14 @@ def configure(sender: Celery, **kwargs: object) -> None:
         # Above the hard time limit, so Redis never re-delivers a task still running.
         "visibility_timeout": settings.CELERY_TASK_HARD_TIME_LIMIT * 3,
     }
-    if broker_url.startswith("filesystem://"):
-        transport_options.update(_filesystem_transport_options(Path(settings.CELERY_FILESYSTEM_DIR).resolve()))
+    broker_transport = None
+    if embedded_broker.is_embedded(broker_url):
+        # A dotted transport path is only honoured as a setting, never from the URL.
+        broker_transport = embedded_broker.TRANSPORT
+        transport_options.update(embedded_broker.transport_options(Path(settings.CELERY_EMBEDDED_BROKER_DIR).resolve()))
     sender.conf.update(
         broker_url=broker_url,
+        broker_transport=broker_transport,
         broker_transport_options=transport_options,
         broker_connection_retry_on_startup=True,
         task_acks_late=True,
@@ -53,8 +45,8 @@ def configure(sender: Celery, **kwargs: object) -> None:
         task_soft_time_limit=settings.CELERY_TASK_SOFT_TIME_LIMIT,
         task_ignore_result=True,
         # No result backend: the one Celery builds (disabled) is safe to share, and a
-        # request thread under ASGI is new per request, so a per-thread one was built
-        # anew for every message sent (~0.1 ms of CPU each, docs/benchmarks.md).
+        # request thread under ASGI is new per request, so a per-thread one would be
+        # built anew for every message sent.
         result_backend_thread_safe=True,
         task_serializer="json",
         accept_content=["json"],

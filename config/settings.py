@@ -1,8 +1,8 @@
 """Gatehouse settings: one file, every deployment difference read from the environment.
 
-The embedded default (no variables set) is SQLite plus Celery's filesystem broker, so
-`make demo` needs no server. Production and tests point DATABASE_URL and
-CELERY_BROKER_URL at PostgreSQL and Redis.
+The embedded default (no variables set) is SQLite plus the embedded broker (message files
+written atomically, config.embedded_broker), so `make demo` needs no server. Production
+and tests point DATABASE_URL and CELERY_BROKER_URL at PostgreSQL and Redis.
 """
 
 from __future__ import annotations
@@ -72,20 +72,24 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "ninja",
+    "axes",
     "audit",
+    "accounts",
     "toolcatalog",
     "agents",
     "approvals",
-    "demo",
 ]
-# `make bench` only: the bare insert endpoint and task Gatehouse is measured against (bench/bare).
-GATEHOUSE_BENCH_BARE = env_bool("GATEHOUSE_BENCH_BARE", False)
-if GATEHOUSE_BENCH_BARE:
-    INSTALLED_APPS.append("bench.bare")
+# The demo downstream (its models, /demo-services/, fault injection, seed_demo) exists
+# only where asked for: `make demo` and the tests set GATEHOUSE_DEMO=1. It comes before
+# the product's apps so its seed_demo wins over the product's stand-in, which says how
+# to turn the demo on.
+GATEHOUSE_DEMO = env_bool("GATEHOUSE_DEMO", False)
+if GATEHOUSE_DEMO:
+    INSTALLED_APPS.insert(INSTALLED_APPS.index("audit"), "demo")
 
 # Under ASGI, Django runs the middleware above the innermost sync-only one in a
-# single worker thread; every async-capable one below it costs thread hops per
-# request (~4 ms here, see docs/benchmarks.md). So the sync-only ones come last.
+# single worker thread; every async-capable one below it costs thread hops on every
+# request. So the sync-only ones come last.
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -96,8 +100,12 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "approvals.middleware.ApiJsonErrorsMiddleware",
     "approvals.middleware.ApiBodyLimitMiddleware",
     "approvals.middleware.DatabaseUnavailableMiddleware",
+    # Last, as django-axes asks: it turns a login it refused into the lockout page. It is
+    # async-capable and sits where the async handler already is, so it adds no thread hop.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -135,8 +143,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
             "timeout": 10,
         },
         # Parameters travel apart from the SQL, so psycopg prepares a statement once
-        # it has run a few times on a connection: planning was most of PostgreSQL's
-        # time for the proposal's queries (docs/benchmarks.md).
+        # it has run a few times on a connection: the proposal's queries are short,
+        # and PostgreSQL would otherwise plan each of them again on every request.
         "server_side_binding": True,
         "prepare_threshold": 2,
     }
@@ -176,6 +184,21 @@ STORAGES = {
 }
 WHITENOISE_USE_FINDERS = True
 
+# Login throttling (console and admin), by django-axes: FAILURE_LIMIT failed logins for one
+# account, or from one address, refuse further logins for it for COOLOFF minutes (an admin
+# can unlock sooner: Admin → Axes → Access attempts). Axes' backend must come first.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env_int("GATEHOUSE_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("GATEHOUSE_LOGIN_COOLOFF_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # either one reaching the limit locks
+# Attempts refused during a lockout are not counted, so a lockout ends COOLOFF after it began
+# and a persistent attacker cannot keep an account locked for ever by trying on.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+# A success must not wipe the count: it would wipe the address's count too, so an attacker
+# with one account of their own could keep guessing at others between their own logins.
+AXES_RESET_ON_SUCCESS = False
+AXES_LOCKOUT_CALLABLE = "accounts.lockout.lockout_response"
+
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
@@ -191,7 +214,16 @@ GATEHOUSE_REDIS_URL = os.environ.get(
     "GATEHOUSE_REDIS_URL",
     os.environ.get("CELERY_BROKER_URL", "") if os.environ.get("CELERY_BROKER_URL", "").startswith("redis") else "",
 )
+# Per-agent budget, whatever a proposal's envelope says: calls accepted per fixed window of
+# GATEHOUSE_AGENT_BUDGET_WINDOW_SECONDS (0 calls = no limit; an agent's max_calls_per_window overrides it).
+GATEHOUSE_AGENT_BUDGET_CALLS = env_int("GATEHOUSE_AGENT_BUDGET_CALLS", 1000)
+GATEHOUSE_AGENT_BUDGET_WINDOW_SECONDS = env_int("GATEHOUSE_AGENT_BUDGET_WINDOW_SECONDS", 3600)
+if GATEHOUSE_AGENT_BUDGET_WINDOW_SECONDS < 1:
+    raise ImproperlyConfigured("GATEHOUSE_AGENT_BUDGET_WINDOW_SECONDS must be at least 1")
+# Circuit breaker per agent and tool: it opens after THRESHOLD consecutive refusals of one kind,
+# or after ANY_KIND_THRESHOLD consecutive refusals of any kinds (a loop alternating between kinds; 0: off).
 GATEHOUSE_BREAKER_THRESHOLD = env_int("GATEHOUSE_BREAKER_THRESHOLD", 5)
+GATEHOUSE_BREAKER_ANY_KIND_THRESHOLD = env_int("GATEHOUSE_BREAKER_ANY_KIND_THRESHOLD", 10)
 GATEHOUSE_DEMO_SERVICES_URL = os.environ.get("GATEHOUSE_DEMO_SERVICES_URL", "http://127.0.0.1:8000")
 # MCP endpoint (/mcp): browser origins allowed besides this site's own hosts and
 # CSRF_TRUSTED_ORIGINS ("scheme://host:*" allows any port); how long tools/call
@@ -201,9 +233,10 @@ GATEHOUSE_MCP_ALLOWED_ORIGINS = env_list("GATEHOUSE_MCP_ALLOWED_ORIGINS", [])
 GATEHOUSE_MCP_WAIT_SECONDS = env_int("GATEHOUSE_MCP_WAIT_SECONDS", 5)
 GATEHOUSE_MCP_CATALOG_POLL_SECONDS = env_int("GATEHOUSE_MCP_CATALOG_POLL_SECONDS", 2)
 
-# Celery: Redis in production and tests, the filesystem broker as embedded default.
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
-CELERY_FILESYSTEM_DIR = VAR_DIR / "broker"
+# Celery: Redis in production and tests; by default the embedded broker, a folder of
+# message files under VAR_DIR (`embedded://`; `filesystem://` names it too).
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "embedded://")
+CELERY_EMBEDDED_BROKER_DIR = VAR_DIR / "broker"
 CELERY_TASK_HARD_TIME_LIMIT = 120
 CELERY_TASK_SOFT_TIME_LIMIT = 100
 CELERY_SWEEP_INTERVAL_SECONDS = env_int("GATEHOUSE_SWEEP_INTERVAL", 10)
@@ -230,5 +263,16 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "INFO"}},
+    # An expected refusal (any 4xx, a replay's aborted pipeline) is one quiet line, not a warning.
+    "filters": {
+        "client_errors_at_info": {"()": "approvals.logfilters.ClientErrorsAtInfo"},
+        "aborted_pipeline_at_debug": {"()": "approvals.logfilters.AbortedPipelineAtDebug"},
+    },
+    "loggers": {
+        "django.db.backends": {"level": "INFO"},
+        "django.request": {"filters": ["client_errors_at_info"]},
+        "psycopg": {"filters": ["aborted_pipeline_at_debug"]},
+        # django-axes says INFO lines on every login; its failures and lockouts are warnings.
+        "axes": {"level": "WARNING"},
+    },
 }

@@ -1,25 +1,30 @@
-"""`make demo`: Gatehouse end to end on SQLite and Celery's filesystem broker — no server to install.
+"""`make demo`: Gatehouse end to end on SQLite and the embedded broker — no server to install.
 
 Migrates, seeds the demo, then runs the Procfile's processes (web, worker, beat and
 a demo agent) under honcho, printing their output side by side. Ctrl-C stops them all.
 
 Environment: GATEHOUSE_DEMO_PORT (8000), GATEHOUSE_DEMO_PASSWORD (gatehouse),
 GATEHOUSE_VAR_DIR (./var); DATABASE_URL and CELERY_BROKER_URL are honoured if set.
+A second run keeps the agents' tokens and the reviewers' passwords (see seed_demo).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from dataclasses import dataclass
 from io import StringIO
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+STOP_GRACE_SECONDS = 30
 
 
 def demo_environment() -> dict[str, str]:
     """Set (and return) the environment every demo process shares; explicit variables win."""
     os.environ.setdefault("DEBUG", "1")
+    os.environ.setdefault("GATEHOUSE_DEMO", "1")  # installs the demo app, its services and seed_demo
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     os.environ.setdefault("GATEHOUSE_VAR_DIR", str(BASE_DIR / "var"))
     os.environ["GATEHOUSE_VAR_DIR"] = str(Path(os.environ["GATEHOUSE_VAR_DIR"]).resolve())
@@ -33,16 +38,31 @@ def demo_environment() -> dict[str, str]:
     return dict(os.environ)
 
 
-def prepare(password: str) -> None:
-    """Create or upgrade the database and load the demo (both idempotent)."""
+@dataclass(frozen=True)
+class Access:
+    """How to get in: the demo agents' tokens, and whether the reviewers' password is the one given."""
+
+    tokens: dict[str, str]
+    tokens_file: Path
+    password_is_current: bool
+
+
+def prepare(password: str) -> Access:
+    """Create or upgrade the database and load the demo (both idempotent); return how to get in."""
     import django
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from django.db import connections
 
     django.setup()
     call_command("migrate", interactive=False, verbosity=0)
-    call_command("seed_demo", password=password, stdout=StringIO())
+    tokens_file = settings.VAR_DIR / "demo-tokens.json"
+    call_command("seed_demo", password=password, tokens_file=str(tokens_file), stdout=StringIO())
+    # seed_demo keeps existing passwords, so the one given may not be theirs (an earlier run's was).
+    password_is_current = get_user_model().objects.get(username="alice").check_password(password)
     connections.close_all()  # the children open their own
+    return Access(json.loads(tokens_file.read_text()), tokens_file, password_is_current)
 
 
 def procfile() -> dict[str, str]:
@@ -52,11 +72,21 @@ def procfile() -> dict[str, str]:
     return dict(parse_procfile((BASE_DIR / "Procfile").read_text()).processes)
 
 
-def banner(url: str, password: str) -> str:
-    """Return what the operator needs: where to go and how to log in."""
+def banner(url: str, password: str, access: Access) -> str:
+    """Return what the operator needs: where to go, how to log in, and each demo agent's token."""
+    from demo.catalog import AGENTS
+
+    login = f"password: {password}"
+    if not access.password_is_current:
+        login = f"their password since they were created ({password} was not applied: seed_demo --reset-passwords)"
+    agents = "".join(
+        f"    {name:<17} {token}  {AGENTS[name][0] if name in AGENTS else ''}\n"
+        for name, token in access.tokens.items()
+    )
     return (
         f"\n  Gatehouse demo: {url}/  (reviewer queue)\n"
-        f"  Log in as alice or bob (reviewers) or admin (superuser {url}/admin/), password: {password}\n"
+        f"  Log in as alice or bob (reviewers) or admin (superuser {url}/admin/), {login}\n"
+        f"  Agent tokens (Authorization: Bearer …; kept in {access.tokens_file}):\n{agents}"
         "  A demo agent proposes calls all the time: small ones run by themselves, large refunds\n"
         "  wait for you in the queue. Ctrl-C stops everything.\n"
     )
@@ -64,12 +94,17 @@ def banner(url: str, password: str) -> str:
 
 def main() -> int:
     """Run the demo until Ctrl-C; return the exit status."""
+    from honcho import manager as honcho_manager
     from honcho.manager import Manager
+
+    # honcho SIGKILLs whatever has not stopped 5 s after Ctrl-C; a worker finishing its
+    # task on a busy machine can need longer, and a killed worker drops its message.
+    honcho_manager.KILL_WAIT = STOP_GRACE_SECONDS
 
     env = demo_environment()
     password = env.get("GATEHOUSE_DEMO_PASSWORD", "gatehouse")
-    prepare(password)
-    print(banner(env["GATEHOUSE_DEMO_URL"], password), flush=True)
+    access = prepare(password)
+    print(banner(env["GATEHOUSE_DEMO_URL"], password, access), flush=True)
     manager = Manager()
     for name, command in procfile().items():
         manager.add_process(name, command, env=env, cwd=str(BASE_DIR))

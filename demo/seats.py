@@ -42,7 +42,7 @@ def _free_seats(event: Event, max_centavos: int) -> list[SeatRow]:
     """Return the event's seats at or under the price that no active hold keeps, by row and number.
 
     One statement built once, as plain rows: a search reads every seat of the event,
-    and building the ORM query and a model instance per seat was most of its time.
+    and building the ORM query and a model instance per seat would be most of its work.
     """
     with connection.cursor() as cursor:
         now = connection.ops.adapt_datetimefield_value(timezone.now())  # as the ORM binds it (SQLite: text)

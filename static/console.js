@@ -44,9 +44,26 @@
       hint.setAttribute("aria-live", "polite");
       input.insertAdjacentElement("afterend", hint);
       input._hint = hint;
+      /* Red when the server would refuse it: not whole cents, or outside the tool's bounds. */
+      var serverSaidNo = Boolean(input.closest(".field-error"));
       var update = function () {
-        var value = Number(input.value);
-        hint.textContent = input.value !== "" && Number.isFinite(value) ? "= " + brl(value) : "";
+        var value = Number(input.value), text = "", invalid = false;
+        if (input.value !== "") {
+          invalid = !Number.isInteger(value);
+          text = Number.isFinite(value) ? "= " + brl(value) : "not an amount in cents";
+          if (input.dataset.minimum !== undefined && value < Number(input.dataset.minimum)) {
+            invalid = true;
+            text += " · at least " + brl(Number(input.dataset.minimum));
+          }
+          if (input.dataset.maximum !== undefined && value > Number(input.dataset.maximum)) {
+            invalid = true;
+            text += " · at most " + brl(Number(input.dataset.maximum));
+          }
+          if (!Number.isInteger(value) && Number.isFinite(value)) text += " · whole cents only";
+        }
+        hint.textContent = text;
+        hint.classList.toggle("money-hint-invalid", invalid || serverSaidNo);
+        serverSaidNo = false;  // once the reviewer types, the hint speaks for the new value
       };
       input.addEventListener("input", update);
       update();
@@ -100,6 +117,15 @@
     var row = document.activeElement && document.activeElement.closest && document.activeElement.closest("tr[data-call]");
     focusedCall = row ? row.dataset.call : null;
   });
+  /* The title carries the pending count, so a background tab shows it; keep it in step with the badge. */
+  function titleCount() {
+    var badge = document.getElementById("pending-badge");
+    if (!badge) return;
+    var count = badge.dataset.count;
+    var bare = document.title.replace(/^\(\d+\+?\) /, "");
+    document.title = count && count !== "0" ? "(" + count + ") " + bare : bare;
+  }
+  document.addEventListener("htmx:afterSettle", titleCount);
   document.addEventListener("htmx:afterSwap", function () {
     if (focusedCall) {
       var link = document.querySelector('tr[data-call="' + focusedCall + '"] a.row-link');

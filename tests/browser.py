@@ -84,7 +84,7 @@ def people(catalog: dict[str, Any], settings: Any) -> dict[str, User]:
 
     # A deliberately slow password hash is the point in production and pure waiting here.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    seed_people(REVIEWER_PASSWORD)
+    seed_people(REVIEWER_PASSWORD, reset_passwords=True)
     carol = User.objects.create_user("carol", password=REVIEWER_PASSWORD)
     carol.groups.add(Group.objects.get(name=REVIEWERS_GROUP))
     User.objects.create_user("mallory", password=REVIEWER_PASSWORD)
@@ -116,7 +116,8 @@ class Console:
     def approve(self, call: Any, **kwargs: Any) -> Any:
         """Approve the call's current arguments, as its page's Approve button does."""
         call.refresh_from_db()
-        return self.post(f"/calls/{call.pk}/approve/", {"arguments_hash": call.arguments_hash}, **kwargs)
+        seen = {"arguments_hash": call.arguments_hash, "tool_version": call.tool_version}
+        return self.post(f"/calls/{call.pk}/approve/", seen, **kwargs)
 
 
 @pytest.fixture

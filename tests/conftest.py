@@ -11,6 +11,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlparse
 
@@ -18,12 +19,13 @@ import pytest
 from django.core.management.base import CommandError
 from django.db import OperationalError, connection
 from django.test import Client, TransactionTestCase
+from psycopg import sql
 
 from agents.models import Agent
 from agents.provisioning import create_or_update_agent
 
-# Fixtures that start real processes (Celery workers, beat, servers) live in their own module.
-pytest_plugins = ["tests.processes", "tests.mcp_server", "tests.browser"]
+# Fixtures that start real processes (Celery workers, beat, servers), and the app's database role, live apart.
+pytest_plugins = ["tests.processes", "tests.mcp_server", "tests.browser", "tests.app_role"]
 
 
 def _reachable(url: str, default_port: int) -> bool:
@@ -105,11 +107,31 @@ def _deadlocked(exc: BaseException) -> bool:
     return isinstance(cause, OperationalError) and getattr(cause.__cause__, "sqlstate", None) == DEADLOCK_DETECTED
 
 
+@contextmanager
+def as_database_owner() -> Iterator[None]:
+    """Run the block as the test connection's own login role, then go back to the role it was acting as.
+
+    Tests may act as the app's least-privilege role (`as_app_role`, tests/app_role.py);
+    toggling the audit table's triggers, or tampering as an attacker would, needs the owner.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('role')")
+        acting_as = cursor.fetchone()[0]  # 'none' when no SET ROLE is in force
+        cursor.execute("RESET ROLE")
+    try:
+        yield
+    finally:
+        if acting_as != "none":
+            statement = sql.SQL("SET ROLE {}").format(sql.Identifier(acting_as))
+            with connection.cursor() as cursor:
+                cursor.execute(statement.as_string(connection.connection))
+
+
 def set_truncate_trigger(*, enabled: bool) -> None:
-    """Enable or disable the audit table's TRUNCATE guard (PostgreSQL only)."""
+    """Enable or disable the audit table's TRUNCATE guard (PostgreSQL only; as the owner, who alone may)."""
     if connection.vendor != "postgresql":
         return
-    with connection.cursor() as cursor:
+    with as_database_owner(), connection.cursor() as cursor:
         cursor.execute(f"ALTER TABLE audit_event {'ENABLE' if enabled else 'DISABLE'} TRIGGER audit_event_no_truncate")
 
 

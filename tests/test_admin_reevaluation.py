@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission, User
 
 from approvals import tasks
+from approvals.executing import Sent
 from approvals.models import Status, ToolCall
 from audit.models import Event
 from tests.admin_client import AdminBrowser
@@ -163,7 +165,7 @@ def test_a_call_approved_under_an_older_version_goes_back_for_approval_at_execut
     change_tool(admin, tool, django_capture_on_commit_callbacks, **{"rules-0-tier": tier_pk(3)})
     call.refresh_from_db()
     assert call.status == Status.APPROVED  # re-judging is for pending calls: execution checks the binding
-    tasks.execute_call.run(call_id=str(call.pk))  # the worker's task body, in this process
+    tasks.execute_call.run(call_id=str(call.pk), **asdict(Sent.of(call)))  # the worker's task body, in this process
     call.refresh_from_db()
     assert call.status == Status.PENDING_APPROVAL
     assert (call.risk_tier, call.approvals_required) == (3, 2)
@@ -182,6 +184,6 @@ def test_a_call_approved_under_an_older_version_that_the_new_policy_refuses_is_r
     schema = json.loads(json.dumps(tool.input_schema))
     schema["properties"]["valor_centavos"]["maximum"] = 20000
     change_tool(admin, tool, django_capture_on_commit_callbacks, input_schema=json.dumps(schema))
-    tasks.execute_call.run(call_id=str(call.pk))
+    tasks.execute_call.run(call_id=str(call.pk), **asdict(Sent.of(call)))
     body = api.get(str(call.pk)).json()
     assert (body["status"], body["error"]["error"], body["result"]) == ("refused", "invalid_arguments", None)

@@ -10,9 +10,10 @@ from django.db import DatabaseError, connection, transaction
 from audit.chain import first_break, record_alone
 from audit.checkpoints import checkpoint_problems, make_checkpoint
 from audit.models import ActorKind, Event
-from tests.conftest import set_truncate_trigger
+from tests.conftest import as_database_owner, set_truncate_trigger
 
-pytestmark = pytest.mark.django_db
+# Every test here runs as the application's least-privilege database role (tests/app_role.py).
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("as_app_role")]
 
 ACTOR = (ActorKind.SYSTEM, "test")
 
@@ -23,8 +24,8 @@ def write_events(count: int) -> None:
 
 
 def tamper(sql: str, params: list[object]) -> None:
-    """Change stored events as an attacker with database access would: triggers off for the session."""
-    with connection.cursor() as cursor:
+    """Change stored events as an attacker with the owner's database access would: triggers off for the session."""
+    with as_database_owner(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL session_replication_role = replica")
         cursor.execute(sql, params)
         cursor.execute("SET LOCAL session_replication_role = origin")
@@ -53,7 +54,13 @@ def test_record_refuses_to_run_outside_a_transaction() -> None:
 def test_postgresql_refuses_to_change_or_remove_events(statement: str) -> None:
     write_events(2)
     set_truncate_trigger(enabled=True)
-    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(), connection.cursor() as cursor:
+    # The triggers stop even the table's owner (the app's role has not the privilege: test_db_role.py).
+    with (
+        as_database_owner(),
+        pytest.raises(DatabaseError, match="append-only"),
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
         cursor.execute(statement)
     assert Event.objects.count() == 2
 

@@ -106,8 +106,13 @@ def test_an_edit_from_800_to_150_shows_the_diff_lowers_the_tier_and_runs_150(sup
     page.get_by_role("button", name="Confirm edit").click()
     expect(page.locator(".notice-success")).to_contain_text("tier 2 → 1")
     expect(status_of(page)).to_have_text("Pending approval")
-    page.get_by_role("button", name="Approve").click()
-    expect(status_of(page)).to_have_text("Succeeded", timeout=RUN_TIMEOUT)
+    # alice proposed the edited arguments: another reviewer approves them.
+    expect(page.locator("#approve-refusal")).to_contain_text("You edited these arguments")
+    expect(page.get_by_role("button", name="Approve")).to_have_count(0)
+    bob = log_in("bob")
+    bob.goto(f"/calls/{call_id}/")
+    bob.get_by_role("button", name="Approve").click()
+    expect(status_of(bob)).to_have_text("Succeeded", timeout=RUN_TIMEOUT)
     (entry,) = Refund.objects.filter(call_id=call_id)
     assert entry.amount_centavos == 15000
     assert ToolCall.objects.get(pk=call_id).original_arguments["valor_centavos"] == 80000
@@ -119,16 +124,15 @@ def test_a_tier_3_refund_needs_two_distinct_reviewers_and_not_the_owner(support:
     alice.goto(f"/calls/{call_id}/")
     alice.get_by_role("button", name="Approve").click()
     expect(alice.locator(".notice-success")).to_contain_text("Your approval is recorded (1 of 2)")
-    alice.get_by_role("button", name="Approve").click()
-    expect(alice.locator(".notice-success")).to_contain_text("You already approved these arguments (1 of 2)")
+    expect(alice.locator("#approve-refusal")).to_contain_text("Waiting for a second reviewer")
+    expect(alice.get_by_role("button", name="Approve")).to_have_count(0)
     expect(status_of(alice)).to_have_text("Pending approval")
     assert Decision.objects.filter(call_id=call_id, kind="approve").count() == 1
 
     owner = log_in("admin")
     owner.goto(f"/calls/{call_id}/")
     expect(owner.locator("#decision-panel .notice-warning")).to_contain_text("You own the agent")
-    owner.get_by_role("button", name="Approve").click()
-    expect(owner.locator(".notice-error")).to_contain_text("You own the agent that proposed this call")
+    expect(owner.get_by_role("button", name="Approve")).to_have_count(0)  # the page offers nothing it refuses
     assert Decision.objects.filter(call_id=call_id, kind="approve").count() == 1
 
     bob = log_in("bob")

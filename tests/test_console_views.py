@@ -189,7 +189,7 @@ def test_four_eyes_needs_two_distinct_reviewers(support: AgentApi, console: Call
     first = page_text(alice.approve(call, follow=True))
     assert "Your approval is recorded (1 of 2)" in first
     again = page_text(alice.approve(call, follow=True))
-    assert "You already approved these arguments (1 of 2)" in again
+    assert "You approved these arguments (1 of 2). Waiting for a second reviewer." in again
     call.refresh_from_db()
     assert call.status == Status.PENDING_APPROVAL
     assert Decision.objects.filter(call=call, kind="approve").count() == 1
@@ -289,7 +289,7 @@ def test_an_edit_that_breaks_the_schema_is_shown_and_not_saved(
     data = {**edit_form(call, valor_centavos=0), "confirm": "1"}
     response = console("alice").post(f"/calls/{call.pk}/edit/", data)
     assert response.status_code == 200
-    assert "valor_centavos must be greater than or equal to 1" in page_text(response)
+    assert "Must be at least R$ 0,01." in page_text(response)
     call.refresh_from_db()
     assert call.arguments["valor_centavos"] == 80000
 
@@ -345,7 +345,7 @@ def test_the_call_page_shows_what_a_reviewer_needs(support: AgentApi, console: C
     assert "Compared with the agent's previous proposal" in html and str(first.pk) in html
     assert "above-autonomy" in html and "Refunds above R$ 200,00 need one reviewer." in html
     assert "call.proposed" in html  # the audit timeline
-    assert f'hx-get="/calls/{call.pk}/live/?seen={call.arguments_hash}"' in html
+    assert f'hx-get="/calls/{call.pk}/live/?seen={call.arguments_hash}&version={call.tool_version}"' in html
 
 
 def test_the_live_part_stops_polling_when_settled_and_reloads_after_an_edit(

@@ -184,8 +184,9 @@ def test_a_duplicate_delivery_does_nothing(celery_worker: CeleryWorker, demo_ser
     call_id = api.propose(refund(1000, idempotency_key="dup"), wait=15).json()["id"]
     assert ToolCall.objects.get(pk=call_id).status == "succeeded"
 
-    for _ in range(3):  # what a redelivered message looks like
-        execute_call.apply_async(kwargs={"call_id": call_id})
+    sent = {"call_id": call_id, "attempts": 0, "agent": "support-agent", "tool": "emitir_estorno"}
+    for _ in range(3):  # what a redelivered message looks like: the call as it was when sent
+        execute_call.apply_async(kwargs=sent)
     time.sleep(2)
 
     call = ToolCall.objects.get(pk=call_id)

@@ -7,6 +7,7 @@ where the tests count them.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
 
@@ -56,6 +57,11 @@ def reviewer(username: str = "rita") -> Any:
 
 def later(seconds: float) -> Any:
     return timezone.now() + timedelta(seconds=seconds)
+
+
+def deliver(call_id: str) -> None:
+    """Run the execution message the sender would send for the call as it is now, in this process."""
+    execute_call(call_id=call_id, **asdict(Sent.of(ToolCall.objects.select_related("agent", "tool").get(pk=call_id))))
 
 
 def test_a_broker_outage_at_enqueue_is_no_5xx_and_the_sweeper_sends_the_call_later(
@@ -146,7 +152,7 @@ def test_an_expired_lease_on_an_http_tool_runs_again_with_the_same_key(
     assert swept["requeued"] == 1
     assert sink_broker.queue_length() == queued + 1
     assert ToolCall.objects.get(pk=call_id).status == "approved"
-    execute_call(call_id=call_id)  # the re-sent message, delivered
+    deliver(call_id)  # the re-sent message
     call.refresh_from_db()
     assert call.status == "succeeded"
     assert call.attempts == 2
@@ -197,7 +203,7 @@ def test_a_tool_changed_after_approval_goes_back_for_a_fresh_approval(
     tool.description += " (now audited by finance)"
     tool.save()  # an admin edits the tool after the approval, before a worker runs the call
 
-    execute_call(call_id=call_id)
+    deliver(call_id)
 
     call.refresh_from_db()
     assert call.status == "pending_approval"
@@ -216,7 +222,7 @@ def test_a_tier_one_call_whose_tool_changed_still_needs_a_person(
     call_id = agent_api().propose(refund(1000, idempotency_key="auto-changed")).json()["id"]
     Tool.objects.get(name="emitir_estorno").bump_version()
 
-    execute_call(call_id=call_id)
+    deliver(call_id)
 
     call = ToolCall.objects.get(pk=call_id)
     assert call.status == "pending_approval"

@@ -1,4 +1,4 @@
-"""The catalog in admin: tools with their rules inline, risk tiers, try-arguments and policy what-if.
+"""The catalog in admin: tools with their rules inline, risk tiers, try-arguments (policy what-if: approvals.admin).
 
 Every save is audited (AuditedModelAdmin) and bumps the tool's version (the
 models do that); the change is announced after commit so pending calls are
@@ -7,7 +7,6 @@ judged again.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from django.contrib import admin
@@ -18,15 +17,13 @@ from django.forms import ModelForm
 from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils import timezone
 
-from toolcatalog.adminkit import AuditedModelAdmin, pretty_json
-from toolcatalog.forms import RiskRuleForm, RiskTierForm, ToolAdminForm, TryArgumentsForm, WhatIfForm
+from toolcatalog.adminkit import AuditedModelAdmin
+from toolcatalog.forms import RiskRuleForm, RiskTierForm, ToolAdminForm, TryArgumentsForm
 from toolcatalog.models import RiskRule, RiskTier, Tool
 from toolcatalog.policies import policy_for, tier_specs
-from toolcatalog.policy import compile_policy, evaluate
+from toolcatalog.policy import TierGrant, evaluate
 from toolcatalog.signals import announce_policy_change
-from toolcatalog.whatif import TierGrant, replay, stored_calls
 
 
 @admin.register(RiskTier)
@@ -130,7 +127,6 @@ class ToolAdmin(AuditedModelAdmin):
         name = f"{self.opts.app_label}_{self.opts.model_name}"
         return [
             path("<path:object_id>/try/", view(self.try_arguments_view), name=f"{name}_try"),
-            path("<path:object_id>/whatif/", view(self.whatif_view), name=f"{name}_whatif"),
             *super().get_urls(),
         ]
 
@@ -140,7 +136,7 @@ class ToolAdmin(AuditedModelAdmin):
         extra = {"try_form": TryArgumentsForm(initial={"arguments": {}}), **(extra_context or {})}
         return super().change_view(request, object_id, form_url, extra)
 
-    def _viewable_tool(self, request: HttpRequest, object_id: str) -> Tool:
+    def viewable_tool(self, request: HttpRequest, object_id: str) -> Tool:
         tool = self.get_object(request, unquote(object_id))
         if tool is None:
             raise Http404("No such tool.")
@@ -148,7 +144,9 @@ class ToolAdmin(AuditedModelAdmin):
             raise PermissionDenied
         return tool
 
-    def _page(self, request: HttpRequest, tool: Tool, template: str, title: str, **context: Any) -> TemplateResponse:
+    def tool_page(
+        self, request: HttpRequest, tool: Tool, template: str, title: str, **context: Any
+    ) -> TemplateResponse:
         return TemplateResponse(
             request,
             f"admin/toolcatalog/tool/{template}",
@@ -165,13 +163,13 @@ class ToolAdmin(AuditedModelAdmin):
 
     def try_arguments_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """Judge pasted arguments with the tool's current policy, through the same evaluate() the API runs."""
-        tool = self._viewable_tool(request, object_id)
+        tool = self.viewable_tool(request, object_id)
         form = TryArgumentsForm(request.POST or None, initial={"arguments": {}})
         verdict, tiers = None, tier_specs()
         if request.method == "POST" and form.is_valid():
             data = form.cleaned_data
             verdict = evaluate(policy_for(tool, tiers), TierGrant(data["max_tier"]), data["arguments"])
-        return self._page(
+        return self.tool_page(
             request,
             tool,
             "try_arguments.html",
@@ -179,36 +177,4 @@ class ToolAdmin(AuditedModelAdmin):
             form=form,
             verdict=verdict,
             tier=tiers.get(verdict.risk_tier) if verdict and verdict.risk_tier is not None else None,
-        )
-
-    def whatif_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        """Replay the tool's recent calls against its current rules, or against edited, unsaved ones."""
-        tool = self._viewable_tool(request, object_id)
-        tiers = tier_specs()
-        current = self.audit_related(tool)["rules"]
-        initial = {"days": 30, "base_tier": tool.base_tier.level, "rules": current}
-        form = WhatIfForm(request.POST or None, initial=initial, tier_levels=set(tiers))
-        report, edited = None, False
-        if request.method == "POST" and form.is_valid():
-            data = form.cleaned_data
-            edited = data["rules"] != current or data["base_tier"] != tool.base_tier.level
-            policy = compile_policy(
-                name=tool.name,
-                version=tool.version,
-                base_tier=data["base_tier"],
-                input_schema=tool.input_schema,
-                rules=[(r["name"], r["description"], r["tier"], r["condition"]) for r in data["rules"] if r["enabled"]],
-                tiers=tiers,
-            )
-            report = replay(policy, stored_calls(tool.pk, timezone.now() - timedelta(days=data["days"])))
-        return self._page(
-            request,
-            tool,
-            "whatif.html",
-            f"Policy what-if for {tool.name}",
-            form=form,
-            report=report,
-            edited=edited,
-            tier_names={level: spec.name for level, spec in tiers.items()},
-            current_rules=pretty_json(current),
         )

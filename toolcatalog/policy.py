@@ -49,6 +49,13 @@ class GrantLike(Protocol):
     max_tier: int
 
 
+@dataclass(frozen=True)
+class TierGrant:
+    """A stand-in grant (admin's try-arguments, policy what-if): all `evaluate()` reads of a grant is its max tier."""
+
+    max_tier: int
+
+
 class Outcome:
     REFUSED = "refused"
     PENDING_APPROVAL = "pending_approval"

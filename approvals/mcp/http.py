@@ -11,7 +11,8 @@ so there is no GET stream and no session to DELETE — 405):
 2. Bearer token → the agent (`Agent.authenticate`); none or unknown → 401; over
    its per-minute rate limit → 429, as on REST. The agent rides in the ASGI
    scope; identity never comes from the message body.
-3. The body: at most DATA_UPLOAD_MAX_MEMORY_SIZE (413), strict JSON
+3. The body: sent as application/json (else 400 `malformed_request`, where the SDK
+   would answer in plain text), at most DATA_UPLOAD_MAX_MEMORY_SIZE (413), strict JSON
    (`approvals.jsonbody`: no NaN, duplicate keys, NUL, lone surrogates or deep
    nesting) else JSON-RPC -32700, one JSON-RPC 2.0 object else -32600.
 
@@ -123,6 +124,11 @@ class McpEndpoint:
         if agent is None:
             body = error_body("unauthorized", "Send a valid agent token as 'Authorization: Bearer <token>'.")
             await _send_json(send, 401, body, {"www-authenticate": 'Bearer realm="gatehouse"'})
+            return
+        if not headers.get("content-type", "").lower().startswith("application/json"):
+            # The SDK would refuse it too, in plain text; agents get the API's error shape.
+            message = "Send the JSON-RPC message with 'Content-Type: application/json'."
+            await _send_json(send, 400, error_body("malformed_request", message))
             return
         body, problem = await _read_body(receive)
         if problem is not None:

@@ -7,9 +7,11 @@ can still change, so the result appears without a reload.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Exists, OuterRef, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
@@ -18,24 +20,35 @@ from django_htmx.http import HttpResponseClientRefresh
 
 from approvals.duties import DecisionRefused, check_may_decide
 from approvals.execution import attach_preview
-from approvals.models import DecisionKind, Status, ToolCall
+from approvals.models import Decision, DecisionKind, Status, ToolCall
 from approvals.views.access import _get_call_for_reviewer, reviewer_required
-from approvals.views.present import argument_rows, diff_rows, seconds_until
+from approvals.views.present import (
+    argument_rows,
+    arguments_caption,
+    diff_rows,
+    headline,
+    hidden_characters,
+    preview_title,
+    seconds_until,
+    status_sentence,
+)
 from audit.models import Event
-from toolcatalog.models import RiskTier
+from toolcatalog.models import RiskTier, Tool
 
 TIMELINE_LIMIT = 200
+# Enough of a resource's or a conversation's past to judge this call by, few enough to read.
+HISTORY_LIMIT = 10
+CONVERSATION_LIMIT = 20
 # How often the live part refreshes: fast while a worker runs it, slower while it waits for people.
 POLL_IN_FLIGHT = "1s"
 POLL_PENDING = "4s"
+# Context rows show a headline argument and a state, never these big columns.
+CONTEXT_DEFERRED = ("preview", "result", "original_arguments", "risk_reasons", "justification")
 
 
 def approvers(call: ToolCall) -> list[str]:
-    """Return who approved the call's current arguments under its current tool version."""
-    names = call.decisions.filter(
-        kind=DecisionKind.APPROVE, arguments_hash=call.arguments_hash, tool_version=call.tool_version
-    ).values_list("reviewer_name", flat=True)
-    return sorted(set(names))
+    """Return whose approvals of the call's current arguments, under its current tool version, count."""
+    return call.approver_names()
 
 
 def previous_proposal(call: ToolCall) -> ToolCall | None:
@@ -56,15 +69,48 @@ def previous_proposal(call: ToolCall) -> ToolCall | None:
     )
 
 
-def refusal_for(call: ToolCall, user: AbstractBaseUser) -> str:
-    """Return why `user` could not approve this call now ("" if they could), before they try."""
+def refusal_for(call: ToolCall, user: AbstractBaseUser) -> DecisionRefused | None:
+    """Return why `user` could not approve this call now (None if they could), before they try.
+
+    The page offers no Approve button with a refusal: it says why instead.
+    """
     if call.status != Status.PENDING_APPROVAL:
-        return ""
+        return None
     try:
         check_may_decide(call, user, approving=True)
     except DecisionRefused as refused:
-        return str(refused)
-    return ""
+        return refused
+    return None
+
+
+# How many of the oldest candidates "approve and open the next" checks against every duty.
+NEXT_SCAN = 50
+
+
+def next_call_for(reviewer: AbstractBaseUser, *, after: ToolCall) -> ToolCall | None:
+    """Return the oldest pending call other than `after` that `reviewer` may still approve, or None.
+
+    The query leaves out what the reviewer already approved, edited into its current
+    arguments, whose agent they own, or whose tier their groups may not approve; each
+    candidate is then checked by the same rules the approval applies.
+    """
+    decided = Decision.objects.filter(
+        call=OuterRef("pk"), reviewer=reviewer, arguments_hash=OuterRef("arguments_hash")
+    ).filter(Q(kind=DecisionKind.EDIT) | Q(kind=DecisionKind.APPROVE, tool_version=OuterRef("tool_version")))
+    barred_tiers = RiskTier.objects.filter(approver_group__isnull=False).exclude(
+        approver_group__in=reviewer.groups.all()
+    )
+    candidates = (
+        ToolCall.objects.filter(status=Status.PENDING_APPROVAL, agent__active=True)
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
+        .exclude(pk=after.pk)
+        .exclude(agent__owner=reviewer)
+        .exclude(risk_tier__in=barred_tiers.values("level"))
+        .exclude(Exists(decided))
+        .select_related("agent", "tool")
+        .order_by("created_at")
+    )
+    return next((call for call in candidates[:NEXT_SCAN] if refusal_for(call, reviewer) is None), None)
 
 
 def poll_interval(call: ToolCall) -> str:
@@ -94,6 +140,9 @@ def live_context(call: ToolCall, user: AbstractBaseUser) -> dict[str, Any]:
         "poll_interval": poll_interval(call),
         "result_rows": result_rows(call.result),
         "timeline": list(Event.objects.filter(call_id=call.pk).order_by("seq")[:TIMELINE_LIMIT]),
+        "status_sentence": status_sentence(call.status),
+        "arguments_caption": arguments_caption(call.status),
+        "preview_title": preview_title(call.status),
     }
 
 
@@ -103,12 +152,74 @@ def preview_rows(preview: dict[str, Any]) -> list[Any]:
     return diff_rows(before, before if after is None else after)
 
 
+@dataclass(frozen=True)
+class RelatedCall:
+    """Another call shown for context: what it asked, how it ended, who decided it."""
+
+    call: ToolCall
+    headline: tuple[str, str] | None
+    approved_by: list[str]
+    rejected_by: list[str]
+
+
+def related_rows(calls: list[ToolCall]) -> list[RelatedCall]:
+    """Return calls with their headline argument and their deciders (one query for all decisions)."""
+    names: dict[Any, dict[str, list[str]]] = {c.pk: {DecisionKind.APPROVE: [], DecisionKind.REJECT: []} for c in calls}
+    decisions = Decision.objects.filter(call__in=list(names), kind__in=[DecisionKind.APPROVE, DecisionKind.REJECT])
+    for call_id, kind, reviewer in decisions.order_by("created_at").values_list("call_id", "kind", "reviewer_name"):
+        if reviewer not in names[call_id][kind]:
+            names[call_id][kind].append(reviewer)
+    return [
+        RelatedCall(
+            call=c,
+            headline=headline(c.arguments, c.tool.resource_argument),
+            approved_by=names[c.pk][DecisionKind.APPROVE],
+            rejected_by=names[c.pk][DecisionKind.REJECT],
+        )
+        for c in calls
+    ]
+
+
+def resource_of(call: ToolCall) -> tuple[str, Any] | None:
+    """Return (argument name, value) of the resource the call acts on, if its tool names one."""
+    name = call.tool.resource_argument
+    if not name or not isinstance(call.arguments, dict) or name not in call.arguments:
+        return None
+    return name, call.arguments[name]
+
+
+def resource_history(call: ToolCall) -> list[RelatedCall]:
+    """Return the latest other calls, of any tool, on the same resource (same value of its resource argument)."""
+    resource = resource_of(call)
+    if resource is None:
+        return []
+    # A refund's pedido_id and an order lookup's order_id name the same order: match each tool's own argument.
+    same_resource = Q()
+    for tool_id, argument in Tool.objects.exclude(resource_argument="").values_list("id", "resource_argument"):
+        same_resource |= Q(tool_id=tool_id, **{f"arguments__{argument}": resource[1]})
+    calls = ToolCall.objects.filter(same_resource).exclude(pk=call.pk).select_related("agent", "tool")
+    return related_rows(list(calls.defer(*CONTEXT_DEFERRED).order_by("-created_at")[:HISTORY_LIMIT]))
+
+
+def conversation_calls(call: ToolCall) -> list[RelatedCall]:
+    """Return the agent's other calls in the same conversation, in the order it made them."""
+    if not call.conversation_id:
+        return []
+    calls = ToolCall.objects.filter(agent_id=call.agent_id, conversation_id=call.conversation_id).exclude(pk=call.pk)
+    calls = calls.select_related("agent", "tool").defer(*CONTEXT_DEFERRED).order_by("created_at")
+    return related_rows(list(calls[:CONVERSATION_LIMIT]))
+
+
 def call_context(call: ToolCall, user: AbstractBaseUser) -> dict[str, Any]:
     """Return everything the call page shows."""
     preview = call.preview or {}
     previous = previous_proposal(call)
     return {
         **live_context(call, user),
+        "hidden_characters": hidden_characters(call.arguments),
+        "resource": resource_of(call),
+        "resource_history": resource_history(call),
+        "conversation_calls": conversation_calls(call),
         "arguments": argument_rows(call.arguments, call.tool.input_schema),
         "edit_diff": diff_rows(call.original_arguments, call.arguments) if call.original_arguments else [],
         "preview": preview,
@@ -138,7 +249,12 @@ def call_preview(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     if call.preview is None and call.status == Status.PENDING_APPROVAL:
         attach_preview(call)
     preview = call.preview or {}
-    context = {"call": call, "preview": preview, "preview_rows": preview_rows(preview)}
+    context = {
+        "call": call,
+        "preview": preview,
+        "preview_rows": preview_rows(preview),
+        "preview_title": preview_title(call.status),
+    }
     return render(request, "approvals/_preview_panel.html", context)
 
 
@@ -147,11 +263,11 @@ def call_preview(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
 def call_live(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     """The polled live part of a call's page.
 
-    If someone edited the arguments since the page was drawn, the whole page reloads:
-    a reviewer must never decide on arguments they were not shown.
+    If someone edited the arguments, or the tool changed (a new version), since the page
+    was drawn, the whole page reloads: a reviewer must never decide on what they were not shown.
     """
     call = _get_call_for_reviewer(request, pk)
-    seen = request.GET.get("seen", "")
-    if seen and seen != call.arguments_hash:
+    seen, version = request.GET.get("seen", ""), request.GET.get("version", "")
+    if (seen and seen != call.arguments_hash) or (version and version != str(call.tool_version)):
         return HttpResponseClientRefresh()
     return render(request, "approvals/_call_live.html", {**live_context(call, request.user), "oob": True})

@@ -14,21 +14,22 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
-from django_htmx.http import trigger_client_event
+from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
 from agents.models import Grant
-from approvals.duties import DecisionRefused
+from approvals.duties import AlreadyApproved, DecisionRefused, Seen
 from approvals.execution import attach_preview, preview_arguments
-from approvals.forms import ArgumentsForm
-from approvals.models import DecisionKind, Status, ToolCall
+from approvals.forms import ApprovalForm, ArgumentsForm
+from approvals.models import Status, ToolCall
 from approvals.views.access import _get_call_for_reviewer, reviewer_required
-from approvals.views.calls import call_context, preview_rows
+from approvals.views.calls import call_context, next_call_for, preview_rows
 from approvals.views.present import DiffRow, diff_rows
+from audit.canonical import canonical_hash, inexact_numbers, normalized
 from toolcatalog.policies import policy_for
 from toolcatalog.policy import Verdict, evaluate
 
@@ -49,35 +50,43 @@ def _enforce_expiry(call: ToolCall) -> None:
         call.expire()
 
 
-def approve_as_seen(call: ToolCall, reviewer: AbstractBaseUser, seen_hash: str) -> str:
-    """Approve `call` if its arguments are still the ones the reviewer was shown; return what happened."""
-    if not seen_hash:
-        raise DecisionRefused("Open the call's page and read its arguments before approving.")
-    with transaction.atomic():
-        # Held until commit, so no edit slips in between this check and the approval.
-        current = ToolCall.objects.select_for_update().only("arguments_hash").get(pk=call.pk)
-        if current.arguments_hash != seen_hash:
-            raise DecisionRefused("The arguments changed since this page was drawn; read them again first.")
-        repeat = call.decisions.filter(kind=DecisionKind.APPROVE, reviewer=reviewer, arguments_hash=seen_hash).exists()
-        if call.approve(reviewer):
-            return "Approved. The call runs now."
+def approve_as_seen(call: ToolCall, reviewer: AbstractBaseUser, seen: Seen) -> str:
+    """Approve `call` if it is still exactly what the reviewer was shown; return what happened."""
+    if call.approve(reviewer, seen=seen):
+        return "Approved. The call runs now."
     count, needed = call.approval_count(), max(call.approvals_required, 1)
-    if repeat:
-        return f"You already approved these arguments ({count} of {needed}); another reviewer must approve."
     return f"Your approval is recorded ({count} of {needed}); another reviewer must approve before it runs."
 
 
 @require_POST
 @reviewer_required
 def approve(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
-    """Approve the call (binding the arguments the reviewer saw)."""
+    """Approve the call (binding the arguments and the tool version the reviewer saw).
+
+    With `next`, go on to the oldest call the reviewer may still approve once this one is done.
+    """
     call = _get_call_for_reviewer(request, pk)
     try:
-        messages.success(request, approve_as_seen(call, request.user, request.POST.get("arguments_hash", "")))
+        messages.success(request, approve_as_seen(call, request.user, ApprovalForm(request.POST).seen()))
+    except AlreadyApproved as waiting:  # nothing was recorded: no success to report
+        messages.info(request, str(waiting))
     except DecisionRefused as refused:
         _enforce_expiry(call)
         messages.error(request, str(refused))
+        return _answer(request, call)
+    if request.POST.get("next"):
+        return _open_next(request, call)
     return _answer(request, call)
+
+
+def _open_next(request: HttpRequest, done: ToolCall) -> HttpResponse:
+    """Send the reviewer to the oldest call they may still approve, or to the queue if there is none."""
+    following = next_call_for(request.user, after=done)
+    # ?next=1 keeps "then open the next" ticked, so a reviewer works through the queue call by call.
+    url = f"{reverse('approvals:call', args=[following.pk])}?next=1" if following else reverse("approvals:queue")
+    if following is None:
+        messages.info(request, "No other call is waiting for your approval.")
+    return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
 
 
 @require_POST
@@ -115,13 +124,17 @@ class EditReview:
 
 def review_edit(call: ToolCall, form: ArgumentsForm, base_hash: str) -> EditReview:
     """Re-validate and re-classify edited arguments under the agent's grant; say what stops them."""
-    arguments = form.arguments()
+    typed = form.arguments()
+    # The same canonical form a proposal gets at intake: the one hashed, stored and run.
+    arguments = normalized(typed)
     grant = Grant.objects.filter(agent_id=call.agent_id, tool_id=call.tool_id).first()
     verdict = evaluate(policy_for(call.tool), grant, arguments)
     review = EditReview(arguments, verdict, diff_rows(call.arguments, arguments))
     if base_hash != call.arguments_hash:
         review.problems.append("The arguments changed while you were editing; start again from the current ones.")
-    if arguments == call.arguments:
+    if inexact := inexact_numbers(typed):
+        review.problems.append(f"More precise than a JSON number can hold exactly: {', '.join(inexact)}.")
+    if canonical_hash(arguments) == call.arguments_hash:
         review.problems.append("Nothing changed.")
     if verdict.error_code == "invalid_arguments":
         form.add_schema_errors(verdict.errors)
@@ -144,7 +157,8 @@ def _save_edit(request: HttpRequest, call: ToolCall, review: EditReview) -> Http
         return None
     attach_preview(call)  # outside the edit's transaction: a dry run may call the downstream service
     messages.success(
-        request, f"Arguments edited (tier {before} → {call.risk_tier}). The edited call now needs approval."
+        request,
+        f"Arguments edited (tier {before} → {call.risk_tier}). You proposed them, so another reviewer approves them.",
     )
     return redirect("approvals:call", pk=call.pk)
 

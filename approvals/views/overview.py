@@ -6,13 +6,15 @@ same whatever the history.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from collections import defaultdict
+from datetime import date, timedelta
 from statistics import median
 from typing import Any
 
 from django.contrib import messages
 from django.db import connection
 from django.db.models import Aggregate, Count, DurationField, F, Q, QuerySet
+from django.db.models.functions import TruncDate
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -55,6 +57,37 @@ def median_time_to_decision(since: Any) -> timedelta | None:
     return median(waits) if waits else None
 
 
+def medians_by(since: Any, key: str) -> list[tuple[Any, timedelta, int]]:
+    """Return (key value, median time to decision, decisions) for each value of `key` ("risk_tier" or "day")."""
+    calls = reviewed_calls(since).annotate(day=TruncDate("created_at"))
+    wait = F("decided_at") - F("created_at")
+    if connection.vendor == "postgresql":
+        rows = calls.values(key).annotate(median=Median(wait), n=Count("id")).order_by(key)
+        return [(row[key], row["median"], row["n"]) for row in rows]
+    waits: dict[Any, list[timedelta]] = defaultdict(list)
+    for value, decided, created in calls.order_by("-created_at").values_list(key, "decided_at", "created_at")[
+        :MEDIAN_SAMPLE
+    ]:
+        waits[value].append(decided - created)
+    return [(value, median(group), len(group)) for value, group in sorted(waits.items())]
+
+
+def wait_rows(rows: list[tuple[Any, timedelta, int]]) -> list[dict[str, Any]]:
+    """Return medians ready to draw: compact text and a bar length relative to the longest (0–100)."""
+    longest = max((wait for _, wait, _ in rows), default=timedelta(0)) or timedelta(seconds=1)
+    return [
+        {"key": key, "median": compact_duration(wait), "decided": n, "percent": round(100 * (wait / longest))}
+        for key, wait, n in rows
+    ]
+
+
+def daily_wait_rows(since: Any, today: date) -> list[dict[str, Any]]:
+    """Return one row per day of the window, oldest first; days without decisions have no median."""
+    by_day = {row["key"]: row for row in wait_rows(medians_by(since, "day"))}
+    days = [today - timedelta(days=back) for back in range(WINDOW.days - 1, -1, -1)]
+    return [by_day.get(day, {"key": day, "median": "", "decided": 0, "percent": 0}) for day in days]
+
+
 def outcomes_per_tool(since: Any) -> list[dict[str, Any]]:
     """Return, per tool, how many reviewed calls people approved and rejected, and how many expired."""
     reviewed = Q(approvals_required__gt=0)
@@ -90,6 +123,8 @@ def overview(request: HttpRequest) -> HttpResponse:
         "median_wait": compact_duration(wait) if wait is not None else None,
         "decided": reviewed_calls(since).count(),
         "per_tool": outcomes_per_tool(since),
+        "wait_by_tier": wait_rows(medians_by(since, "risk_tier")),
+        "wait_by_day": daily_wait_rows(since, timezone.localdate()),
         "statuses": status_counts(since),
         "replays": Event.objects.filter(action=REPLAYED_ACTION, created_at__gte=since).count(),
         "breakers": list(

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+import unicodedata
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,6 +20,16 @@ MONEY_UNITS_SUFFIX = "_brl"
 # Audit data keys that are long or repeated elsewhere on the page.
 ISO_DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}")
 NOISY_EVENT_KEYS = frozenset({"arguments", "before", "after", "from", "justification", "risk_reasons", "preview"})
+# Characters that change what text looks like without looking like anything themselves: format
+# (bidi overrides, zero-width), control, separator, private-use, unassigned and surrogate code points.
+HIDDEN_CATEGORIES = frozenset({"Cf", "Cc", "Cs", "Co", "Cn", "Zl", "Zp"})
+# Line breaks and tabs in prose are what they seem.
+PLAIN_CONTROLS = frozenset("\n\t")
+# Not format characters, yet blank or mistaken for an ordinary space or letter.
+LOOKALIKE_BLANKS = frozenset(
+    "\u00a0\u034f\u115f\u1160\u1680\u17b4\u17b5\u180b\u180c\u180d\u180f\u2000\u2001\u2002\u2003"
+    "\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u202f\u205f\u2800\u3000\u3164\uffa0"
+)
 
 
 def format_brl(cents: int) -> str:
@@ -192,3 +203,104 @@ def count_approvals(decisions: Iterable[tuple[Any, str, int, str]], calls: Itera
         if current.get(call_id) == (args_hash, version):
             approvers[call_id].add(reviewer)
     return {pk: len(names) for pk, names in approvers.items()}
+
+
+def is_hidden(char: str) -> bool:
+    """Return whether `char` would be invisible or pass for something else in a reviewer's page."""
+    if char in PLAIN_CONTROLS:
+        return False
+    if char in LOOKALIKE_BLANKS or unicodedata.category(char) in HIDDEN_CATEGORIES:
+        return True
+    # Variation selectors (U+FE00–FE0F, U+E0100–E01EF) restyle the character before them.
+    return "\ufe00" <= char <= "\ufe0f" or "\U000e0100" <= char <= "\U000e01ef"
+
+
+def codepoint_label(char: str) -> str:
+    """Return how a hidden character is shown instead of itself: "⟨U+202E⟩"."""
+    return f"⟨U+{ord(char):04X}⟩"
+
+
+def codepoint_name(char: str) -> str:
+    """Return a hidden character's Unicode name, for a tooltip ("RIGHT-TO-LEFT OVERRIDE")."""
+    return unicodedata.name(char, "unnamed character")
+
+
+def reveal_segments(text: str) -> Iterator[tuple[str, bool]]:
+    """Split `text` into (chunk, hidden) pieces: runs of ordinary text, and each hidden character alone."""
+    start = 0
+    for index, char in enumerate(text):
+        if is_hidden(char):
+            if index > start:
+                yield text[start:index], False
+            yield char, True
+            start = index + 1
+    if start < len(text):
+        yield text[start:], False
+
+
+def reveal_plain(text: str) -> str:
+    """Return `text` with every hidden character spelled out, for places that take no markup (a title)."""
+    return "".join(codepoint_label(chunk) if hidden else chunk for chunk, hidden in reveal_segments(text))
+
+
+def hidden_characters(value: Any, path: str = "") -> list[tuple[str, list[str]]]:
+    """Return (field path, ["U+202E", …]) for every key or string in a JSON value that holds hidden characters."""
+    found: list[tuple[str, list[str]]] = []
+    if isinstance(value, str):
+        codes = sorted({f"U+{ord(char):04X}" for char in value if is_hidden(char)})
+        if codes:
+            found.append((path or "value", codes))
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            name = f"{path}.{key}" if path else str(key)
+            found += hidden_characters(str(key), name) + hidden_characters(item, name)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found += hidden_characters(item, f"{path}[{index}]")
+    return found
+
+
+# What a call's page says of its arguments and its dry run, by state: a finished call says what
+# ran and what happened, not what "will" run.
+ARGUMENTS_CAPTIONS = {
+    "pending_approval": "exactly what will run",
+    "approved": "exactly what will run",
+    "executing": "what is running",
+    "succeeded": "what ran",
+    "failed": "what ran",
+    "needs_reconciliation": "what ran",
+}
+NEVER_RAN_CAPTION = "what the agent asked for; it never ran"
+STATUS_SENTENCES = {
+    "refused": "The call was refused before review; it never ran.",
+    "pending_approval": "The call waits for a decision.",
+    "rejected": "A reviewer rejected the call; it never ran.",
+    "expired": "Nobody decided in time: the call expired and never ran.",
+    "approved": "The call is approved and waits for a worker.",
+    "executing": "The call is running.",
+    "succeeded": "The call ran and succeeded.",
+    "needs_reconciliation": "The call ran, but its effect could not be verified: reconcile it downstream.",
+    "failed": "The call ran and failed.",
+}
+
+
+def foretells_refusal(would_fail: Any) -> bool:
+    """Return whether a dry run's `would_fail` (as the database hands back JSON text) predicts a refusal."""
+    return would_fail not in (None, "", "false", "0", 0, False)
+
+
+def arguments_caption(status: str) -> str:
+    """Return how the arguments are introduced for a call in `status`."""
+    return ARGUMENTS_CAPTIONS.get(status, NEVER_RAN_CAPTION)
+
+
+def preview_title(status: str) -> str:
+    """Return the dry-run panel's title: a prediction while the call waits, a record of it afterwards."""
+    if status == "pending_approval":
+        return "Dry-run preview"
+    return "What the dry run predicted before the decision"
+
+
+def status_sentence(status: str) -> str:
+    """Return a call's state as a sentence a reviewer reads ("The call ran and succeeded.")."""
+    return STATUS_SENTENCES.get(status, f"The call is in state {status}.")

@@ -10,16 +10,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Q, QuerySet
+from django.db.models.fields.json import KT
+from django.db.models.functions import Substr
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
-from approvals.forms import QueueFilterForm
 from approvals.models import Decision, DecisionKind, Status, ToolCall
 from approvals.views.access import reviewer_required
 from approvals.views.present import compact_duration, count_approvals, headline, seconds_until
+from approvals.views.queries import QueueQueryForm, matching
 from toolcatalog.models import RiskTier
 
 PAGE_SIZE = 50
@@ -28,6 +30,13 @@ IN_FLIGHT_OR_STUCK = (Status.APPROVED, Status.EXECUTING, Status.NEEDS_RECONCILIA
 FINISHED = (Status.REJECTED, Status.EXPIRED, Status.SUCCEEDED, Status.FAILED, Status.REFUSED)
 # The big JSON columns no list needs.
 LIST_DEFERRED = ("preview", "result", "original_arguments", "risk_reasons", "justification")
+# A queue row shows the start of the agent's justification and whether the dry run foresaw a refusal.
+JUSTIFICATION_SHOWN = 300
+QUEUE_ANNOTATIONS = {
+    "justification_start": Substr("justification", 1, JUSTIFICATION_SHOWN),
+    # The dry run's own word for why it would fail ("refund_exceeds_order"), as text; absent when it would work.
+    "would_fail": KT("preview__would_fail"),
+}
 
 
 def pending_calls() -> QuerySet[ToolCall]:
@@ -62,13 +71,6 @@ class QueueRow:
     seconds_left: int | None
 
 
-def _page_number(request: HttpRequest) -> int:
-    try:
-        return max(1, int(request.GET.get("page", "1")))
-    except ValueError:
-        return 1
-
-
 def _rows(calls: list[ToolCall], tiers: dict[int, str]) -> list[QueueRow]:
     """Return queue rows; approvals of the whole page come from one query."""
     decisions = Decision.objects.filter(call__in=[c.pk for c in calls], kind=DecisionKind.APPROVE).values_list(
@@ -92,17 +94,16 @@ def _rows(calls: list[ToolCall], tiers: dict[int, str]) -> list[QueueRow]:
 
 
 def _queue_context(request: HttpRequest) -> dict[str, Any]:
-    form = QueueFilterForm(request.GET)
-    filtered = pending_calls().filter(**form.filters())
-    page = _page_number(request)
+    form = QueueQueryForm(request.GET)
+    filtered = matching(pending_calls().filter(**form.filters()), form.search_text())
+    page = form.page_number()
     start = (page - 1) * PAGE_SIZE
     calls = list(
         filtered.select_related("agent", "tool")
         .defer(*LIST_DEFERRED)
+        .annotate(**QUEUE_ANNOTATIONS)
         .order_by("-risk_tier", "created_at")[start : start + PAGE_SIZE + 1]
     )
-    params = request.GET.copy()
-    params.pop("page", None)
     return {
         "form": form,
         "rows": _rows(calls[:PAGE_SIZE], dict(RiskTier.objects.values_list("level", "name"))),
@@ -111,7 +112,7 @@ def _queue_context(request: HttpRequest) -> dict[str, Any]:
         "first_index": start + 1,
         "last_index": start + min(len(calls), PAGE_SIZE),
         "has_next": len(calls) > PAGE_SIZE,
-        "filter_query": params.urlencode(),
+        "filter_query": form.filter_query(),
     }
 
 
@@ -126,9 +127,10 @@ def is_partial(request: HttpRequest) -> bool:
 def queue(request: HttpRequest) -> HttpResponse:
     """The pending calls, highest risk then oldest first; htmx polls get just the results."""
     context = _queue_context(request)
+    status = 400 if context["form"].errors else 200  # an invalid filter is not applied; the page says which
     if is_partial(request):
-        return render(request, "approvals/_queue_rows.html", context)
-    return render(request, "approvals/queue.html", context)
+        return render(request, "approvals/_queue_rows.html", context, status=status)
+    return render(request, "approvals/queue.html", context, status=status)
 
 
 def _deciders(calls: list[ToolCall]) -> dict[Any, list[str]]:

@@ -1,4 +1,4 @@
 """The bare stack Gatehouse is measured against: one JSON insert endpoint, one Celery task.
 
-Installed and mounted only when GATEHOUSE_BENCH_BARE=1 (the benchmark's own stack).
+Installed and mounted only by the benchmark's own settings (bench.settings, bench.urls).
 """

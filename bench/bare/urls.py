@@ -1,4 +1,4 @@
-"""Mounted at /bench/ by config.urls when GATEHOUSE_BENCH_BARE=1."""
+"""Mounted at /bench/ by bench.urls (the benchmark's stack only)."""
 
 from __future__ import annotations
 

@@ -48,12 +48,12 @@ CONNECTIONS_PER_HOST = 8
 def pool_for(url: str) -> urllib3.PoolManager:
     """Return this process's connection pool for `url`: direct, or through the proxy the environment names.
 
-    A fresh connection per call adds a TCP handshake: one per execution, preview and
-    verification was most of an auto-approved call's latency (docs/benchmarks.md).
-    urllib3 rather than a fuller client: a request costs ~40% less CPU here, and it
-    keeps no cookies, so nothing one downstream answered rides along with another
-    call's request; only the call's own credential does. No retries and no
-    redirects: the worker decides what is retried, with the same idempotency key.
+    Connections are kept: a fresh one per execution, preview and verification would
+    add a TCP handshake to each, on every auto-approved call's path. urllib3 rather
+    than a fuller client: it does less per request, and it keeps no cookies, so
+    nothing one downstream answered rides along with another call's request; only
+    the call's own credential does. No retries and no redirects: the worker decides
+    what is retried, with the same idempotency key.
     """
     parts = urlsplit(url)
     proxies = _environment_proxies()

@@ -1,8 +1,15 @@
-"""Idempotently load the demo: tiers, catalog and rules, downstream data, agents, reviewers."""
+"""Idempotently load the demo: tiers, catalog and rules, downstream data, agents, reviewers.
+
+A second run changes nothing a person relies on: agents keep their tokens and
+reviewers their passwords (so a running demo agent, a copied token and open
+sessions keep working) unless `--rotate-tokens` / `--reset-passwords` say otherwise.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -12,6 +19,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 from django.utils.module_loading import import_string
 
+from agents.models import Agent, Grant, hash_token
 from agents.provisioning import create_or_update_agent
 from demo.catalog import AGENTS, TIERS, TOOLS
 from toolcatalog.models import RiskRule, RiskTier, Tool
@@ -60,53 +68,113 @@ def seed_tool(spec: dict[str, Any], tiers: dict[int, RiskTier]) -> Tool:
     return tool
 
 
-def seed_people(password: str) -> None:
-    """Create the reviewer groups and the accounts alice, bob (reviewers) and admin (superuser)."""
+def seed_people(password: str, *, reset_passwords: bool) -> list[str]:
+    """Create the reviewer groups and the accounts alice, bob (reviewers) and admin (superuser).
+
+    Existing accounts keep their password unless `reset_passwords`: setting it again
+    would log their open sessions out. Return the names whose password was set.
+    """
     perm = Permission.objects.get(codename="review_toolcall", content_type__app_label="approvals")
     reviewers, _ = Group.objects.get_or_create(name=REVIEWERS_GROUP)
     seniors, _ = Group.objects.get_or_create(name=SENIOR_GROUP)
     for group in (reviewers, seniors):
         group.permissions.add(perm)
-    User = get_user_model()
-    for username in ("alice", "bob"):
-        user = User.objects.filter(username=username).first() or User(
-            username=username, email=f"{username}@example.com"
+    password_set = []
+    for username, groups in (("alice", [reviewers, seniors]), ("bob", [reviewers, seniors]), ("admin", [reviewers])):
+        user, created = get_user_model().objects.get_or_create(
+            username=username, defaults={"email": f"{username}@example.com"}
         )
-        user.set_password(password)
+        if created or reset_passwords:
+            user.set_password(password)
+            password_set.append(username)
+        if username == "admin":
+            user.is_staff = user.is_superuser = True
         user.save()
-        user.groups.add(reviewers, seniors)
-    admin = User.objects.filter(username="admin").first() or User(username="admin", email="admin@example.com")
-    admin.is_staff = admin.is_superuser = True
-    admin.set_password(password)
-    admin.save()
-    admin.groups.add(reviewers)
+        user.groups.add(*groups)
     RiskTier.objects.filter(level=2).update(approver_group=reviewers)
     RiskTier.objects.filter(level=3).update(approver_group=seniors)
+    return password_set
+
+
+def read_tokens(path: Path) -> dict[str, str]:
+    """Return the tokens an earlier run wrote to `path` (none if it is missing or unreadable)."""
+    try:
+        tokens = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {name: token for name, token in tokens.items() if isinstance(token, str)} if isinstance(tokens, dict) else {}
+
+
+def write_tokens(path: Path, tokens: dict[str, str]) -> None:
+    """Write the tokens readable by their owner only, replacing the file in one step (readers never see half)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(tokens, indent=2) + "\n")
+    partial.chmod(0o600)
+    os.replace(partial, path)
+
+
+def kept_token(name: str, grants: dict[str, int], known: str | None) -> str | None:
+    """Return `known` if it is still the agent's token and the agent's grants are the demo's; else None.
+
+    Only the token's hash is stored, so a token can be kept (and printed again) only
+    when the tokens file still holds it. Changed grants go through provisioning, which audits them.
+    """
+    agent = Agent.objects.filter(name=name).first()
+    if known is None or agent is None or agent.token_hash != hash_token(known):
+        return None
+    current = dict(Grant.objects.filter(agent=agent).values_list("tool__name", "max_tier"))
+    return known if current == grants else None
+
+
+def seed_agents(known: dict[str, str], *, rotate: bool) -> tuple[dict[str, str], list[str]]:
+    """Create or update the demo agents; return every agent's token and the names given a new one."""
+    tokens, issued = {}, []
+    for name, (description, grants) in AGENTS.items():
+        token = None if rotate else kept_token(name, grants, known.get(name))
+        if token is None:
+            _, token = create_or_update_agent(name, grants, owner_username="admin", description=description)
+            issued.append(name)
+        tokens[name] = token
+    return tokens, issued
 
 
 class Command(BaseCommand):
-    help = "Load the demo catalog, downstream data, agents and reviewers. Safe to run again."
+    help = (
+        "Load the demo catalog, downstream data, agents and reviewers. Safe to run again: "
+        "tokens and passwords are kept unless --rotate-tokens / --reset-passwords."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--password", default="gatehouse", help="Password for alice, bob and admin.")
+        parser.add_argument(
+            "--password", default="gatehouse", help="Password of alice, bob and admin when created (or reset)."
+        )
         parser.add_argument("--tokens-file", default=str(settings.VAR_DIR / "demo-tokens.json"))
+        parser.add_argument("--rotate-tokens", action="store_true", help="Issue new tokens to every demo agent.")
+        parser.add_argument("--reset-passwords", action="store_true", help="Set the password of existing accounts too.")
 
-    @transaction.atomic
     def handle(self, *args: Any, **options: Any) -> None:
-        tiers = seed_tiers()
-        for spec in TOOLS:
-            seed_tool(spec, tiers)
-        seed_people(options["password"])
-        import_string("demo.downstream.seed")()
-        tokens = {}
-        for name, (description, grants) in AGENTS.items():
-            _, tokens[name] = create_or_update_agent(name, grants, owner_username="admin", description=description)
-        path = options["tokens_file"]
-        settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
-        with open(path, "w") as handle:
-            json.dump(tokens, handle, indent=2)
+        path = Path(options["tokens_file"])
+        with transaction.atomic():
+            tiers = seed_tiers()
+            for spec in TOOLS:
+                seed_tool(spec, tiers)
+            password_set = seed_people(options["password"], reset_passwords=options["reset_passwords"])
+            import_string("demo.downstream.seed")()
+            tokens, issued = seed_agents(read_tokens(path), rotate=options["rotate_tokens"])
+        write_tokens(path, tokens)  # after commit: the file never names a token the database does not hold
+        self.report(options["password"], password_set, tokens, issued, path)
+
+    def report(
+        self, password: str, password_set: list[str], tokens: dict[str, str], issued: list[str], path: Path
+    ) -> None:
+        """Print the logins and every agent's token, saying which are new."""
         self.stdout.write(self.style.SUCCESS("Demo loaded. Reviewers: alice, bob; superuser: admin."))
-        self.stdout.write(f"Password for all three: {options['password']}")
+        if password_set:
+            self.stdout.write(f"Password of {', '.join(password_set)}: {password}")
+        kept = [name for name in ("alice", "bob", "admin") if name not in password_set]
+        if kept:
+            self.stdout.write(f"Password of {', '.join(kept)} unchanged (--reset-passwords sets it).")
         for name, token in tokens.items():
-            self.stdout.write(f"  {name:<18} {token}")
-        self.stdout.write(f"Tokens also written to {path}")
+            self.stdout.write(f"  {name:<18} {token}{'  (new)' if name in issued else ''}")
+        self.stdout.write(f"Tokens also in {path}")

@@ -1,10 +1,10 @@
-"""`python -m config.serve …`: uvicorn's command line, with TCP_NODELAY on every connection.
+"""`python -m bench.serve …`: uvicorn's command line, with TCP_NODELAY on every connection.
 
-With `--workers N` uvicorn binds the listening socket itself and leaves its `proto`
-at 0; accepted sockets inherit it, and asyncio only turns Nagle's algorithm off
-(TCP_NODELAY) for sockets that say IPPROTO_TCP. Every keep-alive request after the
-first then waits for the client's delayed ACK: ~40 ms on Linux, measured by
-`make bench` (docs/benchmarks.md). Upstream: uvicorn issue #3149. The fix is to
+The bench runs uvicorn with `--workers N`. Then uvicorn binds the listening socket
+itself and leaves its `proto` at 0; accepted sockets inherit it, and asyncio only
+turns Nagle's algorithm off (TCP_NODELAY) for sockets that say IPPROTO_TCP, so every
+keep-alive request after the first would wait for the client's delayed ACK and the
+bench would measure that wait (uvicorn issue #3149; docs/benchmarks.md). The fix is to
 re-wrap the bound socket with its protocol stated; everything else is uvicorn's.
 """
 

@@ -9,11 +9,11 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from approvals.whatif import replay, stored_calls
 from toolcatalog.models import Tool
 from toolcatalog.policies import policy_for, tier_specs
 from toolcatalog.policy import compile_policy
 from toolcatalog.schemacheck import schema_problems
-from toolcatalog.whatif import replay, stored_calls
 
 
 class Command(BaseCommand):

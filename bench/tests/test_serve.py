@@ -1,4 +1,4 @@
-"""`config.serve`: uvicorn's pre-bound listener must give connections TCP_NODELAY (uvicorn #3149)."""
+"""`bench.serve`: uvicorn's pre-bound listener must give connections TCP_NODELAY (uvicorn #3149)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import socket
 
 from uvicorn.config import Config
 
-from config import serve
+from bench import serve
 
 
 async def _accepted_nodelay(listener: socket.socket) -> int:

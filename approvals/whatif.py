@@ -1,24 +1,26 @@
 """Policy what-if: replay stored calls against a policy and say what would change.
 
-The replay runs the very same pure `evaluate()` the pipeline runs, over plain
-rows streamed from the database. The catalog cannot import the app that stores
-calls, so that app registers where the rows come from (`register_call_source`).
+The replay runs the very same pure `evaluate()` the pipeline runs, over plain rows
+streamed from the calls table: one query, plain tuples, no model instances.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 from uuid import UUID
 
-from toolcatalog.policy import Outcome, ToolPolicy, Verdict, evaluate
+from agents.models import Agent, Grant
+from approvals.models import ToolCall
+from toolcatalog.policy import Outcome, TierGrant, ToolPolicy, Verdict, evaluate
 
 REFUSED, NEEDS_APPROVAL, RUNS = "refused", "needs approval", "runs without approval"
 NO_TIER = "none"  # refused before it was classified (invalid arguments, no grant)
+CHUNK_SIZE = 2000
 
 
 class CallRow(NamedTuple):
@@ -35,27 +37,27 @@ class CallRow(NamedTuple):
     max_tier: int | None  # the agent's grant on the tool today; None: no grant any more
 
 
-CallSource = Callable[[int, datetime], Iterable[CallRow]]
-_call_source: list[CallSource] = []
+def stored_calls(tool_id: int, since: datetime) -> Iterator[CallRow]:
+    """Yield the tool's calls created since `since`, oldest first, with each agent's grant as it is today.
 
-
-def register_call_source(source: CallSource) -> None:
-    """Say where stored calls come from: `source(tool_id, since)` yields CallRows, oldest first."""
-    _call_source[:] = [source]
-
-
-def stored_calls(tool_id: int, since: datetime) -> Iterable[CallRow]:
-    """Return the stored calls of a tool since a moment, from the registered source."""
-    if not _call_source:
-        raise LookupError("No app has registered where stored calls come from.")
-    return _call_source[0](tool_id, since)
-
-
-@dataclass(frozen=True)
-class TierGrant:
-    """A stand-in grant: all `evaluate()` reads of a grant is its max tier."""
-
-    max_tier: int
+    Rows stream from a server-side cursor in chunks, so 100,000 calls never sit
+    in memory as model instances; agent names and grants are two small lookups.
+    """
+    grants = dict(Grant.objects.filter(tool_id=tool_id).values_list("agent_id", "max_tier"))
+    names: dict[int, str] = {}
+    rows = (
+        ToolCall.objects.filter(tool_id=tool_id, created_at__gte=since)
+        .order_by("created_at")
+        .values_list(
+            "id", "created_at", "agent_id", "arguments", "arguments_hash", "status", "risk_tier", "approvals_required"
+        )
+    )
+    for pk, created_at, agent_id, arguments, args_hash, status, tier, approvals in rows.iterator(CHUNK_SIZE):
+        if agent_id not in names:
+            names[agent_id] = Agent.objects.filter(pk=agent_id).values_list("name", flat=True).first() or "?"
+        yield CallRow(
+            pk, created_at, names[agent_id], arguments, args_hash, status, tier, approvals, grants.get(agent_id)
+        )
 
 
 @dataclass(frozen=True)

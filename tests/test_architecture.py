@@ -1,0 +1,128 @@
+"""The apps import one way, computed from the source: audit ← toolcatalog ← agents ← approvals.
+
+accounts (logins and their lockouts) stands beside toolcatalog: it writes to audit
+only. Nothing imports approvals but config, and the product imports nothing built on it.
+
+Every import statement counts wherever it stands: at module level, inside a function,
+under `if TYPE_CHECKING:`. A downstream is reached by a dotted path string (an
+executor's reference, an INSTALLED_APPS entry), which is not an import.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# Each product app and the apps it may import; what is not listed here it may not import.
+LAYERS: dict[str, set[str]] = {
+    "audit": set(),
+    "accounts": {"audit"},
+    "toolcatalog": {"audit"},
+    "agents": {"audit", "toolcatalog"},
+    "approvals": {"audit", "toolcatalog", "agents"},
+}
+PRODUCT = (*LAYERS, "config")
+# Built on the product, never the other way round.
+DOWNSTREAM = ("bench", "demo", "agentloop")
+# The product's code and the code that runs beside it; tests and the bench exercise
+# approvals from outside, as a client would, so they are not held to the layering.
+SHIPPED = (*PRODUCT, "demo", "agentloop")
+FIRST_PARTY = tuple(sorted(path.parent.name for path in ROOT.glob("*/__init__.py")))
+
+
+def module_name(path: Path) -> str:
+    """Return the dotted module name of a source file under ROOT."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_in(source: str, module: str, is_package: bool = False) -> Iterator[tuple[int, str]]:
+    """Yield (line, imported module) for every import in `source`, relative ones resolved against `module`."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module]
+        elif isinstance(node, ast.ImportFrom):
+            base = relative_base(module, is_package, node.level)
+            # `from .x import y` imports .x; `from . import y` imports .y, which may be a module.
+            names = [".".join([*base, node.module])] if node.module else [".".join([*base, a.name]) for a in node.names]
+        else:
+            continue
+        for name in names:
+            yield node.lineno, name
+
+
+def relative_base(module: str, is_package: bool, level: int) -> list[str]:
+    """Return the package a relative import of `level` dots starts from, in `module`."""
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    return package[: len(package) - level + 1]
+
+
+def cross_imports(package: str) -> Iterator[tuple[str, str]]:
+    """Yield ("file:line", first-party package) for each import in `package` of another first-party package."""
+    for path in sorted((ROOT / package).rglob("*.py")):
+        module = module_name(path)
+        for line, imported in imports_in(path.read_text(), module, path.name == "__init__.py"):
+            top = imported.split(".")[0]
+            if top in FIRST_PARTY and top != package:
+                yield f"{path.relative_to(ROOT)}:{line}", top
+
+
+def importers_of(target: str, packages: tuple[str, ...]) -> list[str]:
+    """Return "file:line" of every import of `target` from `packages`."""
+    return [where for package in packages for where, top in cross_imports(package) if top == target]
+
+
+def test_every_package_has_its_place_in_the_layering() -> None:
+    assert set(FIRST_PARTY) == {*PRODUCT, *DOWNSTREAM, "tests"}
+
+
+@pytest.mark.parametrize("app", LAYERS)
+def test_each_app_imports_only_the_apps_below_it(app: str) -> None:
+    wrong = [f"{where} imports {top}" for where, top in cross_imports(app) if top not in LAYERS[app]]
+
+    assert wrong == []
+
+
+def test_nothing_shipped_imports_approvals_but_config() -> None:
+    others = tuple(package for package in SHIPPED if package not in {"approvals", "config"})
+
+    assert importers_of("approvals", others) == []
+
+
+@pytest.mark.parametrize("downstream", DOWNSTREAM)
+def test_the_product_never_imports_what_is_built_on_it(downstream: str) -> None:
+    assert importers_of(downstream, PRODUCT) == []
+
+
+def test_the_product_does_not_name_the_bench_even_as_a_dotted_path() -> None:
+    named = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for package in PRODUCT
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.split(".")[0] == "bench"
+    ]
+
+    assert named == []
+
+
+def test_imports_in_functions_and_under_type_checking_count() -> None:
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from approvals.models import ToolCall\n"
+        "def later():\n"
+        "    import bench.run\n"
+        "    from .chain import record\n"
+        "    from .. import agents\n"
+    )
+
+    found = sorted(imports_in(source, "audit.views"))
+
+    assert found == [(1, "typing"), (3, "approvals.models"), (5, "bench.run"), (6, "audit.chain"), (7, "agents")]
