@@ -81,8 +81,8 @@ class BenchSettings:
             "BENCH_INSTANT_ENDPOINT": self.instant_endpoint,  # for bench.bare's governed shape
             # The per-agent limit (1,200/min by default) would answer 429 to a load test.
             "GATEHOUSE_RATE_LIMIT_PER_MINUTE": "0",
-            # Likewise the per-agent call budget (1,000 an hour by default) would answer 429 within seconds.
-            "GATEHOUSE_AGENT_BUDGET_CALLS": "0",
+            # The per-agent call budget (1,000 an hour by default) would too: set high, still counted as in production.
+            "GATEHOUSE_AGENT_BUDGET_CALLS": "1000000000",
             "GATEHOUSE_DB_POOL_MAX": str(self.pool_max),
             "GATEHOUSE_VAR_DIR": str(BASE_DIR / "var" / "bench"),
             "LOG_LEVEL": "WARNING",

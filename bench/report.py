@@ -123,8 +123,8 @@ def setup_section(r: Results) -> list[str]:
         f"{s.pool_max} connections (`GATEHOUSE_DB_POOL_MAX`) so {s.web_workers} processes stay under PostgreSQL's "
         "`max_connections`.",
         "- `GATEHOUSE_RATE_LIMIT_PER_MINUTE=0`: the per-agent limit (1,200/min by default) would otherwise answer 429 "
-        "to a load test from one agent; `GATEHOUSE_AGENT_BUDGET_CALLS=0` likewise for the per-agent call budget "
-        "(1,000 an hour by default).",
+        "to a load test from one agent; `GATEHOUSE_AGENT_BUDGET_CALLS=1000000000` likewise keeps the per-agent call "
+        "budget (1,000 an hour by default) from refusing, while every proposal still counts against it.",
         "- The demo downstream services (executions, verifications; `GATEHOUSE_DEMO=1`) are this same server's "
         f"`/demo-services/`, via `GATEHOUSE_DEMO_SERVICES_URL={s.base_url}`.",
         "- `DJANGO_SETTINGS_MODULE=bench.settings` adds `bench.bare` to the product's settings: the bare endpoint "
