@@ -144,13 +144,20 @@ def page_text(response: Any) -> str:
     return unescape(response.content.decode())
 
 
+LAPTOP = {"width": 1440, "height": 900}
+
+
 @pytest.fixture
-def log_in(browser: Any, live_server: Any, people: dict[str, User]) -> Iterator[Callable[[str], Any]]:
-    """Return log_in(username) → a page of a fresh browser context signed in as that reviewer."""
+def log_in(browser: Any, live_server: Any, people: dict[str, User]) -> Iterator[Callable[..., Any]]:
+    """Return log_in(username, viewport=LAPTOP) → a page of a fresh browser context signed in as that reviewer.
+
+    A viewport narrower than 600 px is a phone: touch on, mobile layout.
+    """
     contexts = []
 
-    def open_as(username: str) -> Any:
-        context = browser.new_context(viewport={"width": 1440, "height": 900}, base_url=live_server.url)
+    def open_as(username: str, viewport: dict[str, int] = LAPTOP) -> Any:
+        touch = viewport["width"] < 600
+        context = browser.new_context(viewport=viewport, base_url=live_server.url, has_touch=touch, is_mobile=touch)
         contexts.append(context)
         page = context.new_page()
         page.goto("/accounts/login/")

@@ -9,24 +9,23 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Page, expect
 
 from approvals.models import ToolCall
 from demo.models import Refund
-from tests.browser import REVIEWER_PASSWORD
+from tests.browser import LAPTOP
 from tests.conftest import AgentApi, refund
 from tests.processes import CeleryWorker
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker]
 
 PHONE = {"width": 390, "height": 844}
-LAPTOP = {"width": 1440, "height": 900}
 RUN_TIMEOUT = 20_000  # ms: a worker claims, executes and verifies a refund well within this
 
 # Every visible element whose box reaches past the viewport's right edge, and how far the page scrolls sideways.
@@ -48,28 +47,6 @@ OVERFLOW_SCRIPT = """() => {
 def support(celery_worker: CeleryWorker, demo_services: str, people: dict[str, User], agent_api: Any) -> AgentApi:
     """The support agent (owned by admin), proposing against the seeded demo orders."""
     return agent_api("support-agent", {"emitir_estorno": 3, "get_order_status": 0}, owner="admin")
-
-
-@pytest.fixture
-def open_as(browser: Browser, live_server: Any) -> Iterator[Callable[[str, dict[str, int]], Page]]:
-    """Return open_as(username, viewport) → a page of a fresh browser context signed in at that size."""
-    contexts = []
-
-    def sign_in(username: str, viewport: dict[str, int]) -> Page:
-        touch = viewport["width"] < 600
-        context = browser.new_context(viewport=viewport, base_url=live_server.url, has_touch=touch, is_mobile=touch)
-        contexts.append(context)
-        page = context.new_page()
-        page.goto("/accounts/login/")
-        page.get_by_label("Username").fill(username)
-        page.get_by_label("Password").fill(REVIEWER_PASSWORD)
-        page.get_by_role("button", name="Log in").click()
-        page.wait_for_url(f"{live_server.url}/")
-        return page
-
-    yield sign_in
-    for context in contexts:
-        context.close()
 
 
 def propose(api: AgentApi, valor: int, pedido: str, key: str, **extra: Any) -> str:
@@ -118,10 +95,10 @@ def keep_screenshot(page: Page, name: str) -> None:
 
 
 def test_the_queue_and_a_call_fit_a_phone_and_approve_works_there(
-    support: AgentApi, open_as: Callable[[str, dict[str, int]], Page]
+    support: AgentApi, log_in: Callable[..., Page]
 ) -> None:
     call_id = a_busy_queue(support)
-    page = open_as("alice", PHONE)
+    page = log_in("alice", PHONE)
     row = page.locator(f'tr[data-call="{call_id}"]')
     expect(row).to_contain_text("R$ 300,00")
     assert_fits(page)
@@ -152,11 +129,11 @@ def test_the_queue_and_a_call_fit_a_phone_and_approve_works_there(
 
 
 def test_the_queue_and_a_call_fit_a_laptop_screen_without_sideways_scrolling(
-    support: AgentApi, open_as: Callable[[str, dict[str, int]], Page]
+    support: AgentApi, log_in: Callable[..., Page]
 ) -> None:
     call_id = a_busy_queue(support)
     beyond = a_refund_beyond_its_order(support)
-    page = open_as("bob", LAPTOP)
+    page = log_in("bob", LAPTOP)
     page.goto(f"/calls/{beyond}/")  # a reviewer's first look asks the downstream for the dry run
     expect(page.locator("#preview-panel .notice-warning")).to_be_visible()
     page.goto("/")
@@ -171,10 +148,10 @@ def test_the_queue_and_a_call_fit_a_laptop_screen_without_sideways_scrolling(
 
 
 def test_the_money_hint_turns_red_for_an_amount_the_tool_would_refuse(
-    support: AgentApi, open_as: Callable[[str, dict[str, int]], Page]
+    support: AgentApi, log_in: Callable[..., Page]
 ) -> None:
     call_id = propose(support, 30000, "PED-00000004", "s-hint")
-    page = open_as("bob", PHONE)
+    page = log_in("bob", PHONE)
     page.goto(f"/calls/{call_id}/edit/")
     amount, hint = page.get_by_label("valor_centavos"), page.locator(".money-hint")
     amount.fill("15000")
