@@ -8,8 +8,6 @@ but settings and admin (it imports only `audit`).
 
 from __future__ import annotations
 
-from typing import Any
-
 from axes.models import AccessAttempt
 from django.conf import settings
 from django.contrib.auth.forms import AuthenticationForm
@@ -25,7 +23,7 @@ TOO_MANY_REQUESTS = 429
 
 
 def lockout_response(
-    request: HttpRequest, original_response: HttpResponse | None = None, credentials: dict[str, Any] | None = None
+    request: HttpRequest, original_response: HttpResponse | None = None, credentials: dict[str, object] | None = None
 ) -> HttpResponse:
     """Return the login page again, with a fresh form and the notice that logins are refused for now.
 
@@ -46,7 +44,9 @@ def cool_off_minutes() -> int:
     return int(settings.AXES_COOLOFF_TIME.total_seconds() // 60)
 
 
-def audit_lockout(sender: object, request: HttpRequest, username: str | None, ip_address: str | None, **_: Any) -> None:
+def audit_lockout(
+    sender: object, request: HttpRequest, username: str | None, ip_address: str | None, **_: object
+) -> None:
     """Write one audit event when a failed login locks an account or an address.
 
     Axes also signals every refused attempt during a lockout. Those are not counted

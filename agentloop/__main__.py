@@ -44,11 +44,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def token_from(args: argparse.Namespace) -> str:
     """Return the agent token from --token, else from seed_demo's tokens file."""
     if args.token:
-        return args.token
+        return str(args.token)
     path = Path(args.tokens_file)
     if not path.exists():
         sys.exit(f"No --token and no {path}: run `python manage.py seed_demo` or pass --token.")
-    return json.loads(path.read_text())[args.agent]
+    token: str = json.loads(path.read_text())[args.agent]
+    return token
 
 
 def summary(run: RunResult) -> str:

@@ -19,10 +19,10 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import mcp.types as types
 
+from agentloop.jsontypes import JSONObject
 from agentloop.mcp_client import SETTLED, STATUS_TOOL, Gatehouse, ToolOutcome, error_outcome
 from agentloop.models import Message, Model, ModelTurn, ToolRequest
 
@@ -33,7 +33,7 @@ SYSTEM_PROMPT = (
     f"a human reviewer has status 'pending_approval': follow it with {STATUS_TOOL}. If the task cannot be "
     f"completed, call {ABANDON_TOOL} with the reason: anything you reserved is then released for you."
 )
-ABANDON_SPEC: dict[str, Any] = {
+ABANDON_SPEC: JSONObject = {
     "type": "function",
     "function": {
         "name": ABANDON_TOOL,
@@ -62,7 +62,7 @@ class Compensation:
     """The inverse of a reversible tool: which tool undoes it, with what arguments (from its result)."""
 
     tool: str
-    arguments: Callable[[dict[str, Any]], dict[str, Any]]
+    arguments: Callable[[JSONObject], JSONObject]
 
 
 COMPENSATIONS: dict[str, Compensation] = {
@@ -86,7 +86,7 @@ class RunResult:
     messages: list[Message] = field(default_factory=list)
 
 
-def tool_spec(tool: types.Tool) -> dict[str, Any]:
+def tool_spec(tool: types.Tool) -> JSONObject:
     """Return an MCP tool as an OpenAI function spec, without `idempotency_key`: the loop owns keys."""
     schema = dict(tool.input_schema)
     properties = {k: v for k, v in (schema.get("properties") or {}).items() if k != "idempotency_key"}
@@ -106,7 +106,7 @@ class Saga:
     compensations: dict[str, Compensation]
     done: list[tuple[Compensation, ToolOutcome]] = field(default_factory=list)
 
-    def record(self, outcome: ToolOutcome, arguments: dict[str, Any]) -> None:
+    def record(self, outcome: ToolOutcome, arguments: JSONObject) -> None:
         """Log a succeeded reversible call; forget one the model already undid itself."""
         if outcome.status != "succeeded":
             return
@@ -156,7 +156,7 @@ class AgentLoop:
             run.seconds = time.monotonic() - started
         return run
 
-    async def _steps(self, run: RunResult, saga: Saga, specs: list[dict[str, Any]], deadline: float) -> None:
+    async def _steps(self, run: RunResult, saga: Saga, specs: list[JSONObject], deadline: float) -> None:
         for step in range(self.budgets.max_steps):
             last = step == self.budgets.max_steps - 1
             turn = await self._ask_model(run, None if last else specs, deadline)
@@ -180,7 +180,7 @@ class AgentLoop:
                 return _stop(run, "budget_exhausted", turn.text, "time")
         _stop(run, "budget_exhausted", "", "steps")
 
-    async def _ask_model(self, run: RunResult, tools: list[dict[str, Any]] | None, deadline: float) -> ModelTurn | None:
+    async def _ask_model(self, run: RunResult, tools: list[JSONObject] | None, deadline: float) -> ModelTurn | None:
         try:
             async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
                 return await self.model.complete(run.messages, tools)
@@ -255,7 +255,7 @@ class AgentLoop:
         return undone
 
 
-def _clean(arguments: dict[str, Any]) -> dict[str, Any]:
+def _clean(arguments: JSONObject) -> JSONObject:
     """Drop a model-invented idempotency key: Gatehouse derives the real one from the envelope."""
     return {name: value for name, value in arguments.items() if name != "idempotency_key"}
 

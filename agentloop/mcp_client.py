@@ -11,13 +11,15 @@ from __future__ import annotations
 import json
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 import httpx2
 import mcp.types as types
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+
+from agentloop.jsontypes import JSONObject, JSONValue
 
 STATUS_TOOL = "get_call_status"
 SETTLED = frozenset(
@@ -30,7 +32,7 @@ class ToolOutcome:
     """One tool call's answer as the loop keeps it: the structured body and what the model reads."""
 
     tool: str
-    data: dict[str, Any]
+    data: JSONObject
     summary: str
     is_error: bool
 
@@ -45,7 +47,7 @@ class ToolOutcome:
         return self.data.get("id") or self.data.get("call_id")
 
     @property
-    def result(self) -> Any:
+    def result(self) -> JSONValue:
         return self.data.get("result")
 
     def for_model(self) -> str:
@@ -106,10 +108,11 @@ class Gatehouse:
         """Return the tools this agent may use (Gatehouse lists only its grants)."""
         return list((await self._session().list_tools()).tools)
 
-    async def call(self, name: str, arguments: dict[str, Any], meta: dict[str, Any]) -> ToolOutcome:
+    async def call(self, name: str, arguments: JSONObject, meta: JSONObject) -> ToolOutcome:
         """Propose one call; transport failures come back as data too, so the loop never crashes on them."""
         try:
-            result = await self._session().call_tool(name, arguments, meta=meta)
+            # RequestParamsMeta is an open TypedDict (extra_items, PEP 728), which mypy does not read yet.
+            result = await self._session().call_tool(name, arguments, meta=cast(types.RequestParamsMeta, meta))
         except (MCPError, httpx2.HTTPError, OSError) as exc:
             return error_outcome(name, "transport_error", f"Gatehouse could not be reached: {exc}")
         except RuntimeError as exc:  # the SDK refuses a result that breaks the tool's outputSchema

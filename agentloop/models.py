@@ -16,11 +16,13 @@ import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import httpx
 
-Message = dict[str, Any]
+from agentloop.jsontypes import JSONObject, JSONValue
+
+Message = JSONObject
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,7 @@ class ToolRequest:
 
     id: str
     name: str
-    arguments: dict[str, Any] | None
+    arguments: JSONObject | None
     raw_arguments: str = ""
 
 
@@ -58,17 +60,17 @@ class ModelTurn:
 
 
 class Model(Protocol):
-    async def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None) -> ModelTurn:
+    async def complete(self, messages: Sequence[Message], tools: Sequence[JSONObject] | None) -> ModelTurn:
         """Answer the conversation so far; `tools=None` means "answer now, no more tool calls"."""
         ...
 
 
-def estimate_tokens(value: Any) -> int:
+def estimate_tokens(value: JSONValue) -> int:
     """Return a rough token count (4 characters a token) for budgets when no real count exists."""
     return len(json.dumps(value, ensure_ascii=False, default=str)) // 4 + 1
 
 
-def tool(name: str, arguments: dict[str, Any], call_id: str | None = None) -> ToolRequest:
+def tool(name: str, arguments: JSONObject, call_id: str | None = None) -> ToolRequest:
     """Return a tool request for scripts."""
     return ToolRequest(id=call_id or f"call_{name}", name=name, arguments=arguments)
 
@@ -89,7 +91,7 @@ class ScriptedModel:
     repeat_last: bool = False
     calls: int = field(default=0, init=False)
 
-    async def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None) -> ModelTurn:
+    async def complete(self, messages: Sequence[Message], tools: Sequence[JSONObject] | None) -> ModelTurn:
         index = self.calls
         self.calls += 1
         if index < len(self.script):
@@ -106,9 +108,9 @@ class ScriptedModel:
         )
 
 
-def tool_results(messages: Sequence[Message]) -> list[dict[str, Any]]:
+def tool_results(messages: Sequence[Message]) -> list[JSONObject]:
     """Return the parsed JSON bodies of the tool results in the last step (what a script reads)."""
-    results: list[dict[str, Any]] = []
+    results: list[JSONObject] = []
     for message in reversed(messages):
         if message.get("role") != "tool":
             break
@@ -134,8 +136,8 @@ class OpenAICompatibleModel:
             raise RuntimeError("Set GATEHOUSE_LLM_URL and GATEHOUSE_LLM_MODEL to use an LLM.")
         return cls(url=url.rstrip("/"), model=model, api_key=os.environ.get("GATEHOUSE_LLM_API_KEY", ""))
 
-    async def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None) -> ModelTurn:
-        body: dict[str, Any] = {"model": self.model, "messages": list(messages)}
+    async def complete(self, messages: Sequence[Message], tools: Sequence[JSONObject] | None) -> ModelTurn:
+        body: JSONObject = {"model": self.model, "messages": list(messages)}
         if tools:
             body["tools"] = list(tools)
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -145,7 +147,7 @@ class OpenAICompatibleModel:
         return parse_completion(response.json(), messages)
 
 
-def parse_completion(payload: dict[str, Any], messages: Sequence[Message]) -> ModelTurn:
+def parse_completion(payload: JSONObject, messages: Sequence[Message]) -> ModelTurn:
     """Turn a chat-completions response into a ModelTurn (invalid argument JSON is kept, not raised)."""
     message = payload["choices"][0]["message"]
     calls = []

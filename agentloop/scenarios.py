@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any
 
+from agentloop.jsontypes import JSONObject
 from agentloop.loop import ABANDON_TOOL
 from agentloop.models import Message, ModelTurn, ScriptedModel, ScriptStep, tool, tool_results
 
@@ -33,11 +33,11 @@ def search_both_days(messages: Sequence[Message]) -> ModelTurn:
     )
 
 
-def cheapest_option(results: list[dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
+def cheapest_option(results: list[JSONObject]) -> tuple[str, JSONObject] | None:
     """Return (event, option) for Saturday's cheapest pair, else Sunday's, else None."""
     for body in results:  # Saturday's result comes first: prefer it
-        result = body.get("result") if body.get("status") == "succeeded" else None
-        options = (result or {}).get("options") or []
+        result: JSONObject = (body.get("result") if body.get("status") == "succeeded" else None) or {}
+        options = result.get("options") or []
         if options:
             return result["event_id"], options[0]
     return None

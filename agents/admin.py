@@ -8,7 +8,7 @@ deactivation or a rotation takes effect on the agent's next request.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
@@ -20,14 +20,16 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.cache import add_never_cache_headers
+from django_stubs_ext import WithAnnotations
 
 from agents import breakers
 from agents.models import Agent, CircuitBreaker, Grant
+from audit.typealiases import DjangoValue, JSONObject
 from toolcatalog.adminkit import AuditedModelAdmin
 from toolcatalog.signals import announce_policy_change
 
 
-class GrantInline(admin.TabularInline):
+class GrantInline(admin.TabularInline[Grant, Agent]):
     model = Grant
     extra = 0
     fields = ["tool", "max_tier"]
@@ -36,8 +38,16 @@ class GrantInline(admin.TabularInline):
         return super().get_queryset(request).select_related("tool", "agent")
 
 
+class _GrantCount(TypedDict):
+    grant_count: int
+
+
+# Where save_model leaves a new agent's token for response_add, the one response that shows it.
+NEW_TOKENS_KEY = "_gatehouse_new_tokens"
+
+
 @admin.register(Agent)
-class AgentAdmin(AuditedModelAdmin):
+class AgentAdmin(AuditedModelAdmin[Agent]):
     inlines = [GrantInline]
     change_form_template = "admin/agents/agent/change_form.html"
     list_display = [
@@ -67,13 +77,14 @@ class AgentAdmin(AuditedModelAdmin):
     audit_exclude = ("token_hash",)  # the hint identifies the token; its hash stays out of the log
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Agent]:
-        return super().get_queryset(request).annotate(grant_count=Count("grants"))
+        agents: QuerySet[Agent] = super().get_queryset(request).annotate(grant_count=Count("grants"))
+        return agents
 
     @admin.display(description="grants", ordering="grant_count")
-    def grant_count(self, agent: Agent) -> int:
-        return agent.grant_count  # type: ignore[attr-defined]
+    def grant_count(self, agent: WithAnnotations[Agent, _GrantCount]) -> int:
+        return agent.grant_count
 
-    def audit_related(self, agent: Agent) -> dict[str, Any]:
+    def audit_related(self, agent: Agent) -> JSONObject:
         grants = Grant.objects.filter(agent=agent).select_related("tool").order_by("tool__name")
         return {"grants": {g.tool.name: g.max_tier for g in grants}}
 
@@ -82,13 +93,13 @@ class AgentAdmin(AuditedModelAdmin):
 
     # Tokens: issued on add, rotated on demand, shown once.
 
-    def save_model(self, request: HttpRequest, obj: Agent, form: ModelForm, change: bool) -> None:
+    def save_model(self, request: HttpRequest, obj: Agent, form: ModelForm[Agent], change: bool) -> None:
         """Save; a new agent gets its first token, kept in clear only for the response that shows it."""
         if not change:
-            request._new_tokens = [(obj, obj.set_new_token())]  # type: ignore[attr-defined]
+            request.__dict__[NEW_TOKENS_KEY] = [(obj, obj.set_new_token())]
         super().save_model(request, obj, form, change)
 
-    def save_related(self, request: HttpRequest, form: ModelForm, formsets: Any, change: bool) -> None:
+    def save_related(self, request: HttpRequest, form: ModelForm[Agent], formsets: DjangoValue, change: bool) -> None:
         """Save the grants; the agent's pending calls are judged again once this commits."""
         super().save_related(request, form, formsets, change)
         if change:
@@ -96,7 +107,8 @@ class AgentAdmin(AuditedModelAdmin):
 
     def response_add(self, request: HttpRequest, obj: Agent, post_url_continue: str | None = None) -> HttpResponse:
         """Show the new agent's token, once, instead of redirecting."""
-        return self._tokens_page(request, request._new_tokens, "Agent created")  # type: ignore[attr-defined]
+        issued: list[tuple[Agent, str]] = request.__dict__[NEW_TOKENS_KEY]
+        return self._tokens_page(request, issued, "Agent created")
 
     def _tokens_page(self, request: HttpRequest, issued: list[tuple[Agent, str]], title: str) -> HttpResponse:
         response = TemplateResponse(
@@ -181,7 +193,7 @@ class AgentAdmin(AuditedModelAdmin):
 
 
 @admin.register(CircuitBreaker)
-class CircuitBreakerAdmin(admin.ModelAdmin):
+class CircuitBreakerAdmin(admin.ModelAdmin[CircuitBreaker]):
     """Breakers are opened by the pipeline and closed by a person; nothing else is edited here."""
 
     list_display = [

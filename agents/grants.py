@@ -13,12 +13,12 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 from django.db import connection
 from django.db.models import Exists, OuterRef, Subquery
 
 from agents.models import Agent, CircuitBreaker, Grant, column_list, hash_token, instance_from_row
+from audit.typealiases import SQLValue
 from toolcatalog.models import RiskTier, Tool
 from toolcatalog.policy import TierSpec
 
@@ -30,8 +30,10 @@ def find_grant(agent: Agent, tool_name: str) -> Grant | None:
 
 def _grant_orm(agent: Agent, tool_name: str) -> Grant | None:
     breakers = CircuitBreaker.objects.filter(agent=OuterRef("agent"), tool=OuterRef("tool"))
+    # django-stubs takes these annotations for redefinitions of the attributes Grant declares for them; Django
+    # refuses only an annotation named like a field.
     return (
-        Grant.objects.select_related("tool__base_tier")
+        Grant.objects.select_related("tool__base_tier")  # type: ignore[no-redef]
         .annotate(
             breaker_open=Exists(breakers.filter(opened_at__isnull=False)),
             breaker_failures=Subquery(breakers.values("consecutive_failures")[:1]),
@@ -127,7 +129,7 @@ def _grant_row(agent: Agent, tool_name: str) -> Grant | None:
     return None if row is None else _grant_from_row(agent, row)
 
 
-def _grant_from_row(agent: Agent, row: Sequence[Any]) -> Grant:
+def _grant_from_row(agent: Agent, row: Sequence[SQLValue]) -> Grant:
     """Build the annotated grant from a row of `_grant_columns`."""
     sizes = [len(model._meta.concrete_fields) for model in (Grant, Tool, RiskTier)]
     grant = instance_from_row(Grant, row[: sizes[0]])

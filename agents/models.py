@@ -6,14 +6,18 @@ import hashlib
 import secrets
 from collections.abc import Sequence
 from functools import cache
-from typing import Any
+from typing import TypeVar
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator
 from django.db import connection, models
 from django.utils import timezone
 
+from audit.typealiases import SQLValue
 from toolcatalog.models import TIER_LEVELS, Tool
+from toolcatalog.policy import TierSpec
+
+RowModel = TypeVar("RowModel", bound=models.Model)
 
 TOKEN_PREFIX = "gh_"  # noqa: S105 — a prefix, not a secret
 
@@ -35,7 +39,7 @@ def column_list(model: type[models.Model], alias: str = "") -> str:
     return ", ".join(prefix + connection.ops.quote_name(field.column) for field in model._meta.concrete_fields)
 
 
-def instance_from_row(model: type[models.Model], values: Sequence[Any]) -> Any:
+def instance_from_row(model: type[RowModel], values: Sequence[SQLValue]) -> RowModel:
     """Build a model instance from its concrete columns' values, in field order, converted as the ORM would."""
     fields = model._meta.concrete_fields
     converted = [
@@ -138,6 +142,11 @@ class Grant(models.Model):
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="grants")
     tool = models.ForeignKey(Tool, on_delete=models.CASCADE, related_name="grants")
     max_tier = models.PositiveSmallIntegerField(choices=TIER_LEVELS, validators=[MaxValueValidator(3)])
+
+    # Not columns: set when agents.grants reads a grant for a proposal (its breaker and the tiers in force).
+    breaker_open: bool
+    breaker_failures: int
+    tier_specs: dict[int, TierSpec]
 
     class Meta:
         ordering = ["agent", "tool"]

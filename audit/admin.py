@@ -13,7 +13,7 @@ from audit.models import Event
 
 
 @admin.register(Event)
-class EventAdmin(admin.ModelAdmin):
+class EventAdmin(admin.ModelAdmin[Event]):
     list_display = ["seq", "created_at", "action", "actor_kind", "actor_name", "agent_name", "tool_name", "call_id"]
     list_filter = ["actor_kind", "action"]
     search_fields = ["=call_id", "actor_name", "agent_name", "tool_name", "action"]

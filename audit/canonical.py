@@ -25,16 +25,17 @@ from __future__ import annotations
 import hashlib
 import json
 from decimal import Decimal
-from typing import Any
 
 import rfc8785
 from django.core.serializers.json import DjangoJSONEncoder
+
+from audit.typealiases import JSONValue
 
 # The integers a double holds exactly, each with no other integer rounding to it (I-JSON).
 SAFE_INTEGER = 2**53 - 1
 
 
-def canonical_json(value: Any) -> str:
+def canonical_json(value: JSONValue) -> str:
     """Return the canonical text of a JSON value: RFC 8785, integers beyond doubles in exact digits.
 
     Values JSON has no type for (datetimes, UUIDs, decimals) are taken as Django's
@@ -51,12 +52,12 @@ def canonical_json(value: Any) -> str:
         return canonical_json(plain)
 
 
-def canonical_hash(value: Any) -> str:
+def canonical_hash(value: JSONValue) -> str:
     """Return the SHA-256 (hex) of `value`'s canonical text."""
     return hashlib.sha256(canonical_json(value).encode()).hexdigest()
 
 
-def normalized(value: Any) -> Any:
+def normalized(value: JSONValue) -> JSONValue:
     """Return `value` as its canonical text reads back: integral numbers as int, others as float.
 
     `100.0` becomes 100 and `1e16` becomes 10000000000000000, so a value is stored,
@@ -66,10 +67,10 @@ def normalized(value: Any) -> Any:
     return json.loads(canonical_json(value), parse_float=_number)
 
 
-def inexact_numbers(value: Any, path: str = "") -> list[str]:
+def inexact_numbers(value: JSONValue, path: str = "") -> list[str]:
     """Return the paths (`a.b[2]`) of the integers in `value` that no double holds exactly."""
     found: list[str] = []
-    stack: list[tuple[Any, str]] = [(value, path)]
+    stack: list[tuple[JSONValue, str]] = [(value, path)]
     while stack:
         item, where = stack.pop()
         if isinstance(item, dict):
@@ -81,7 +82,7 @@ def inexact_numbers(value: Any, path: str = "") -> list[str]:
     return sorted(found)
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: JSONValue) -> JSONValue:
     """Return `value` with what JSON has no type for written as Django's JSON encoder writes it."""
     return json.loads(json.dumps(value, cls=DjangoJSONEncoder, allow_nan=False))
 
@@ -92,7 +93,7 @@ def _number(text: str) -> int | float:
     return int(exact) if exact == exact.to_integral_value() else float(text)
 
 
-def _dumps(value: Any) -> str:
+def _dumps(value: JSONValue) -> str:
     """Return RFC 8785's text of `value`, writing each integer by `_integer`."""
     if isinstance(value, dict):
         items = sorted(value.items(), key=lambda item: item[0].encode("utf-16be"))  # RFC 8785 §3.2.3

@@ -20,21 +20,23 @@ import os
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
-from typing import Any
 from uuid import UUID
 
 import orjson
 import psycopg
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
-from django.db.models import Expression, F, Max, Min, TextField
-from django.db.models.expressions import RawSQL
+from django.db.models import F, Max, Min, TextField
+from django.db.models.expressions import Combinable, RawSQL
 from django.db.models.functions import Cast
 from django.utils import timezone
+from psycopg.conninfo import make_conninfo
 
 from audit.canonical import canonical_json, normalized
 from audit.models import HASHED_FIELDS, Event
+from audit.typealiases import JSONObject, JSONValue, SQLRow, SQLValue
 
 GENESIS_HASH = "0" * 64
 # An arbitrary, fixed key for pg_advisory_xact_lock: "audit chain".
@@ -50,12 +52,12 @@ def _chained(prev_hash: str, text: str) -> str:
     return hashlib.sha256((prev_hash + text).encode("utf-8")).hexdigest()
 
 
-def _legacy_json(value: Any) -> str:
+def _legacy_json(value: JSONValue) -> str:
     """Return the text events were hashed in before the canonical form: Python's sorted, compact JSON."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, cls=DjangoJSONEncoder)
 
 
-def _as_legacy_floats(value: Any) -> Any:
+def _as_legacy_floats(value: JSONValue) -> JSONValue:
     """Return `value` with each integer of 17+ digits that is a float's Python text taken as that float.
 
     The earlier form hashed a float like 1e16 as `1e+16`, and PostgreSQL's jsonb
@@ -138,7 +140,7 @@ def _hashed_text_around(event: Event) -> tuple[str, str, str]:
     return before_time + '"created_at":"', '"' + middle + ',"seq":', after
 
 
-def _content(event: Event) -> tuple[Any, ...]:
+def _content(event: Event) -> SQLRow:
     return (
         event.actor_kind,
         event.actor_name,
@@ -167,7 +169,7 @@ def _append(event: Event) -> None:
         _appended(event, cursor.fetchone())
 
 
-def _append_params(event: Event) -> dict[str, Any]:
+def _append_params(event: Event) -> dict[str, SQLValue]:
     text_1, text_2, text_3 = _hashed_text_around(event)
     return {
         "genesis": GENESIS_HASH,
@@ -180,7 +182,7 @@ def _append_params(event: Event) -> dict[str, Any]:
     }
 
 
-def _appended(event: Event, row: Sequence[Any]) -> None:
+def _appended(event: Event, row: Sequence[SQLValue]) -> None:
     event.pk, event.seq, event.created_at, event.prev_hash, event.hash = row
     event._state.adding = False
     event._state.db = connection.alias
@@ -193,7 +195,7 @@ def record(
     call_id: UUID | None = None,
     agent_name: str = "",
     tool_name: str = "",
-    data: dict[str, Any] | None = None,
+    data: JSONObject | None = None,
 ) -> Event:
     """Append one event to the chain, inside the caller's transaction.
 
@@ -214,7 +216,7 @@ def new_event(
     call_id: UUID | None,
     agent_name: str,
     tool_name: str,
-    data: dict[str, Any] | None,
+    data: JSONObject | None,
 ) -> Event:
     """Return an event not yet chained (for `record_with` or `record_if_changed`)."""
     return Event(
@@ -234,7 +236,7 @@ def one_message_possible() -> bool:
     return connection.vendor == "postgresql" and not connection.in_atomic_block
 
 
-def record_with(statements: Sequence[tuple[str, Sequence[Any]]], event: Event) -> Event:
+def record_with(statements: Sequence[tuple[str, Sequence[SQLValue]]], event: Event) -> Event:
     """Run `statements` and append `event` (`new_event`) in one transaction sent as one message.
 
     BEGIN, the statements, the chain lock, the append and COMMIT reach PostgreSQL
@@ -249,8 +251,8 @@ def record_with(statements: Sequence[tuple[str, Sequence[Any]]], event: Event) -
 
 
 def record_if_changed(
-    change: tuple[str, Sequence[Any]], events: Sequence[Event], returning: str = ""
-) -> tuple[Any, ...] | None:
+    change: tuple[str, Sequence[SQLValue]], events: Sequence[Event], returning: str = ""
+) -> SQLRow | None:
     """Run a compare-and-set `change` (an UPDATE); if it changed a row, append `events` (`new_event`).
 
     One round trip, in a transaction of its own (`one_message_possible`): BEGIN, the
@@ -267,10 +269,10 @@ def record_if_changed(
 
 
 def _own_transaction(
-    statements: Sequence[tuple[str, Sequence[Any]]],
-    change: tuple[str, Sequence[Any]] | None,
+    statements: Sequence[tuple[str, Sequence[SQLValue]]],
+    change: tuple[str, Sequence[SQLValue]] | None,
     events: Sequence[Event],
-) -> Sequence[Any] | None:
+) -> Sequence[SQLValue] | None:
     """Run it all in one message; return the change's row (an empty one without a change), None if it lost."""
     if not one_message_possible():
         raise RuntimeError("this runs its own transaction, on PostgreSQL, outside any other")
@@ -293,8 +295,8 @@ def _own_transaction(
                 if change is not None:
                     changed.execute(*change)
                 cursor.execute(lock_sql, [_CHAIN_LOCK_KEY])
-                for append, values in zip(appends, params, strict=True):
-                    append.execute(append_sql, values)
+                for append, append_params in zip(appends, params, strict=True):
+                    append.execute(append_sql, append_params)
                 cursor.execute("COMMIT")
         finally:
             if conn.info.transaction_status in _OPEN:  # a failed statement left it open and aborted
@@ -309,9 +311,22 @@ def _own_transaction(
 
 
 @transaction.atomic
-def record_alone(action: str, **kwargs: Any) -> Event:
+def record_alone(
+    action: str,
+    *,
+    actor: tuple[str, str],
+    call_id: UUID | None = None,
+    agent_name: str = "",
+    tool_name: str = "",
+    data: JSONObject | None = None,
+) -> Event:
     """Append an event that describes no other database change (e.g. a refused request)."""
-    return record(action, **kwargs)
+    return record(action, actor=actor, call_id=call_id, agent_name=agent_name, tool_name=tool_name, data=data)
+
+
+# An event's hashed columns but its data, as `_breaks` reads them: seq, created_at (text on PostgreSQL), actor_kind,
+# actor_name, action, call_id (text on PostgreSQL), agent_name, tool_name.
+_Columns = tuple[int, datetime | str, str, str, str, UUID | str | None, str, str]
 
 
 @dataclass(frozen=True)
@@ -340,7 +355,9 @@ def iter_breaks(chunk_size: int = 10_000) -> Iterator[ChainBreak]:
     yield from _breaks(rows.iterator(chunk_size=chunk_size), 1, GENESIS_HASH, [])
 
 
-def _breaks(rows: Iterator[tuple[Any, ...]], expected_seq: int, prev_hash: str, tail: list) -> Iterator[ChainBreak]:
+def _breaks(
+    rows: Iterator[SQLRow], expected_seq: int, prev_hash: str, tail: list[tuple[int, str]]
+) -> Iterator[ChainBreak]:
     """Yield the breaks among `rows` (ordered by seq) after (`expected_seq` − 1, `prev_hash`).
 
     When the rows run out, `tail` receives the last (seq, hash) walked. The loop is
@@ -390,14 +407,14 @@ class _RangeWalk:
     tail: tuple[int, str] | None
 
 
-def _walk_range(connect_kwargs: dict[str, Any], low: int, high: int) -> _RangeWalk:
+def _walk_range(conninfo: str, low: int, high: int) -> _RangeWalk:
     """Walk the events with low ≤ seq ≤ high (in a forked process, over a connection of its own).
 
     Each event is checked against its own stored `prev_hash`, so a range verifies
     on its own; only its first row's link to the range before it is left to
     `parallel_first_break`, which compares the seams.
     """
-    with psycopg.connect(**connect_kwargs) as conn, conn.transaction(), conn.cursor(name="audit_walk") as cursor:
+    with psycopg.connect(conninfo) as conn, conn.transaction(), conn.cursor(name="audit_walk") as cursor:
         cursor.itersize = 20_000
         rows = iter(cursor.execute(_RANGE_SQL, (low, high)))
         first = next(rows, None)
@@ -409,19 +426,19 @@ def _walk_range(connect_kwargs: dict[str, Any], low: int, high: int) -> _RangeWa
         return _RangeWalk(head, found, tail[0] if tail else None)
 
 
-def _chain_first(first: tuple[Any, ...], rows: Iterator[tuple[Any, ...]]) -> Iterator[tuple[Any, ...]]:
+def _chain_first(first: SQLRow, rows: Iterator[SQLRow]) -> Iterator[SQLRow]:
     yield first
     yield from rows
 
 
-def _connect_kwargs() -> dict[str, Any]:
+def _conninfo() -> str:
     settings = connection.settings_dict
     names = {"dbname": "NAME", "user": "USER", "password": "PASSWORD", "host": "HOST", "port": "PORT"}
-    kwargs: dict[str, Any] = {key: settings[name] for key, name in names.items() if settings.get(name)}
+    kwargs: dict[str, str | int] = {key: settings[name] for key, name in names.items() if settings.get(name)}
     for option in ("sslmode", "sslrootcert", "sslcert", "sslkey", "options"):
         if option in settings.get("OPTIONS", {}):
             kwargs[option] = settings["OPTIONS"][option]
-    return kwargs
+    return make_conninfo("", **kwargs)
 
 
 def parallel_first_break(workers: int, low: int, high: int) -> ChainBreak | None:
@@ -437,10 +454,10 @@ def parallel_first_break(workers: int, low: int, high: int) -> ChainBreak | None
 
     step = -(-(high - low + 1) // workers)
     bounds = [(start, min(start + step - 1, high)) for start in range(low, high + 1, step)]
-    kwargs = _connect_kwargs()
+    conninfo = _conninfo()
     context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=len(bounds), mp_context=context) as pool:
-        walks = list(pool.map(_walk_range, [kwargs] * len(bounds), *zip(*bounds, strict=True)))
+        walks = list(pool.map(_walk_range, [conninfo] * len(bounds), *zip(*bounds, strict=True)))
     last_seq, last_hash = 0, GENESIS_HASH
     for walk in walks:
         if walk.head is None:
@@ -452,23 +469,24 @@ def parallel_first_break(workers: int, low: int, high: int) -> ChainBreak | None
             return ChainBreak(first_seq, "does not chain to the event before it")
         if walk.first_break is not None:
             return walk.first_break
-        last_seq, last_hash = walk.tail  # type: ignore[misc]
+        assert walk.tail is not None  # a walk that found no break ran to its end
+        last_seq, last_hash = walk.tail
     return None
 
 
-def _created_at_column() -> Expression:
+def _created_at_column() -> Combinable:
     """Return created_at as the text the hash covers on PostgreSQL, else the column."""
     if connection.vendor != "postgresql":
         return F("created_at")
     return RawSQL(_CREATED_TEXT_SQL.format('"audit_event"."created_at"'), ())  # noqa: S611 — no values interpolated
 
 
-def _call_id_column() -> Expression:
+def _call_id_column() -> Combinable:
     """Return call_id as text on PostgreSQL (the form the hash covers), else the column."""
     return Cast("call_id", TextField()) if connection.vendor == "postgresql" else F("call_id")
 
 
-def _content_matches(columns: tuple[Any, ...], data_text: str, prev_hash: str, stored_hash: str) -> bool:
+def _content_matches(columns: _Columns, data_text: str, prev_hash: str, stored_hash: str) -> bool:
     """Return whether an event's columns and data hash to `stored_hash`, by the exact forms.
 
     The walk checks with orjson first: its compact, key-sorted output is the

@@ -8,12 +8,12 @@ cut off, which the chain alone cannot: a shortened chain still verifies.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from django.core import signing
 from django.utils import timezone
 
 from audit.models import Event
+from audit.typealiases import JSONObject
 
 SALT = "gatehouse.audit.checkpoint"
 
@@ -27,9 +27,10 @@ def make_checkpoint() -> str | None:
     return signing.dumps(payload, salt=SALT, compress=False)
 
 
-def read_checkpoint(token: str) -> dict[str, Any]:
+def read_checkpoint(token: str) -> JSONObject:
     """Return a checkpoint's content; raise signing.BadSignature if it was not signed by us."""
-    return signing.loads(token, salt=SALT)
+    content: JSONObject = signing.loads(token, salt=SALT)
+    return content
 
 
 def checkpoint_problems(lines: Iterable[str]) -> list[str]:

@@ -75,14 +75,14 @@ class Event(models.Model):
         actor_kind: str,
         actor_name: str,
         action: str,
-        call_id: UUID | None,
+        call_id: UUID | str | None,
         agent_name: str,
         tool_name: str,
         data: object,
     ) -> dict[str, object]:
         """Return the hashed form of an event's fields (shared by writing and verifying).
 
-        `created_at` may come as its hashed text already (isoformat() of a UTC datetime).
+        `created_at` may come as its hashed text already (isoformat() of a UTC datetime), `call_id` as its text.
         """
         return {
             "seq": seq,

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, date, datetime, time, timedelta
 from functools import reduce
 from operator import or_
-from typing import Any
+from typing import ParamSpec
 from urllib.parse import urlencode
 
 from django import forms
@@ -22,15 +22,18 @@ from django.core.cache import cache
 from django.core.serializers.json import DjangoJSONEncoder
 from django.core.validators import MaxValueValidator
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
+from django.http import HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
 from audit.chain import first_break
+from audit.http import ConsoleRequest
 from audit.models import HASHED_FIELDS, Event
 from audit.search import call_id_lookups, json_contains
+from audit.typealiases import JSONValue
 
 REVIEW_PERMISSION = "approvals.review_toolcall"
 PAGE_SIZE = 100
@@ -128,7 +131,10 @@ def _seq_bounds(start: datetime | None, end: datetime | None) -> dict[str, int]:
     return bounds
 
 
-def reviewer_only(view: Any) -> Any:
+Params = ParamSpec("Params")
+
+
+def reviewer_only(view: Callable[Params, HttpResponseBase]) -> Callable[Params, HttpResponseBase]:
     """Signed-in reviewers only (the same permission as the rest of the console)."""
     return login_required(permission_required(REVIEW_PERMISSION, raise_exception=True)(view))
 
@@ -136,7 +142,7 @@ def reviewer_only(view: Any) -> Any:
 @require_GET
 @vary_on_headers("HX-Request")
 @reviewer_only
-def event_log(request: HttpRequest) -> HttpResponse:
+def event_log(request: ConsoleRequest) -> HttpResponse:
     """Audit events newest first, 100 a page; htmx polls of the first page get just the table."""
     form = EventFilterForm(request.GET)
     events = filtered_events(form)
@@ -168,12 +174,12 @@ def iter_events(events: QuerySet[Event]) -> Iterator[Event]:
         last = batch[-1].seq
 
 
-def export_row(event: Event) -> dict[str, Any]:
+def export_row(event: Event) -> dict[str, JSONValue]:
     """Return an event exactly as stored: what a verifier recomputes the hashes from."""
     return {name: getattr(event, name) for name in EXPORT_FIELDS}
 
 
-def _safe_cell(value: Any) -> Any:
+def _safe_cell(value: JSONValue) -> JSONValue:
     text = value if isinstance(value, str) else None
     return "'" + text if text and text.startswith(FORMULA_PREFIXES) else value
 
@@ -201,7 +207,7 @@ def _json_lines(events: QuerySet[Event]) -> Iterator[str]:
 
 @require_GET
 @reviewer_only
-def export(request: HttpRequest, fmt: str) -> StreamingHttpResponse | HttpResponse:
+def export(request: ConsoleRequest, fmt: str) -> StreamingHttpResponse | HttpResponse:
     """Stream the filtered events as CSV (for people; formula-like cells quoted) or JSON Lines (exact)."""
     form = EventFilterForm(request.GET)
     events = filtered_events(form)
@@ -216,7 +222,7 @@ def export(request: HttpRequest, fmt: str) -> StreamingHttpResponse | HttpRespon
     return response
 
 
-def chain_status(fresh: bool = False) -> dict[str, Any]:
+def chain_status(fresh: bool = False) -> dict[str, JSONValue]:
     """Return whether the hash chain verifies, re-walking it at most every two minutes unless `fresh`."""
     status = None if fresh else cache.get(CHAIN_CACHE_KEY)
     if status is None:
@@ -235,6 +241,6 @@ def chain_status(fresh: bool = False) -> dict[str, Any]:
 
 @require_GET
 @reviewer_only
-def chain(request: HttpRequest) -> HttpResponse:
+def chain(request: ConsoleRequest) -> HttpResponse:
     """The chain verification badge, loaded after the page so a long walk never delays it."""
     return render(request, "audit/_chain_status.html", {"chain": chain_status(fresh="fresh" in request.GET)})

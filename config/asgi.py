@@ -34,4 +34,5 @@ def route(django_app: ASGIApp, mcp_app: ASGIApp) -> ASGIApp:
     return app
 
 
-application = route(django_application, McpEndpoint())
+# django-stubs types an ASGI scope as dict, Starlette as MutableMapping: the same scope, so the handler is an ASGIApp.
+application = route(django_application, McpEndpoint())  # type: ignore[arg-type]

@@ -19,7 +19,7 @@ app = Celery("gatehouse")
 
 
 @app.on_configure.connect
-def configure(sender: Celery, **kwargs: object) -> None:
+def configure(sender: object, **kwargs: object) -> None:
     """Apply Gatehouse's delivery guarantees from Django settings (on first use)."""
     from django.conf import settings
 
@@ -33,7 +33,7 @@ def configure(sender: Celery, **kwargs: object) -> None:
         # A dotted transport path is only honoured as a setting, never from the URL.
         broker_transport = embedded_broker.TRANSPORT
         transport_options.update(embedded_broker.transport_options(Path(settings.CELERY_EMBEDDED_BROKER_DIR).resolve()))
-    sender.conf.update(
+    app.conf.update(  # the sender is `app`: only it sends its on_configure
         broker_url=broker_url,
         broker_transport=broker_transport,
         broker_transport_options=transport_options,

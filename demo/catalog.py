@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
-TIERS: list[dict[str, Any]] = [
+from audit.typealiases import JSONObject
+
+TIERS: list[JSONObject] = [
     {
         "level": 0,
         "name": "read",
@@ -42,7 +43,7 @@ TIERS: list[dict[str, Any]] = [
 
 MOTIVOS = ["produto_defeituoso", "atraso_entrega", "cancelamento_cliente", "erro_cobranca"]
 
-TOOLS: list[dict[str, Any]] = [
+TOOLS: list[JSONObject] = [
     {
         "name": "emitir_estorno",
         "title": "Issue a refund",

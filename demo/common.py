@@ -4,25 +4,26 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+
+from audit.typealiases import JSONObject, JSONValue
 
 
 class ServiceError(Exception):
     """A refusal the service answers with `status` and `{"error": code, "message": …}`."""
 
-    def __init__(self, status: int, code: str, message: str, **details: Any) -> None:
+    def __init__(self, status: int, code: str, message: str, **details: JSONValue) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.details = details
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> JSONObject:
         """Return the JSON body of the refusal."""
         return {"error": self.code, "message": self.message, **self.details}
 
 
-def text_arg(arguments: dict[str, Any], name: str) -> str:
+def text_arg(arguments: JSONObject, name: str) -> str:
     """Return a required non-empty string argument, or refuse with 422."""
     value = arguments.get(name)
     if not isinstance(value, str) or not value:
@@ -30,7 +31,7 @@ def text_arg(arguments: dict[str, Any], name: str) -> str:
     return value
 
 
-def int_arg(arguments: dict[str, Any], name: str, low: int, high: int) -> int:
+def int_arg(arguments: JSONObject, name: str, low: int, high: int) -> int:
     """Return a required integer argument within [low, high], or refuse with 422."""
     value = arguments.get(name)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
@@ -38,7 +39,7 @@ def int_arg(arguments: dict[str, Any], name: str, low: int, high: int) -> int:
     return value
 
 
-def request_hash(arguments: dict[str, Any]) -> str:
+def request_hash(arguments: JSONObject) -> str:
     """Return the hash a repeat with the same idempotency key must match."""
     return hashlib.sha256(json.dumps(arguments, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
@@ -49,7 +50,7 @@ def brl(centavos: int) -> str:
     return f"R$ {whole:,}".replace(",", ".") + f",{cents:02d}"
 
 
-def conflict_if_different(stored_hash: str, arguments: dict[str, Any]) -> None:
+def conflict_if_different(stored_hash: str, arguments: JSONObject) -> None:
     """Refuse a repeat of an idempotency key with other arguments (Stripe semantics)."""
     if stored_hash != request_hash(arguments):
         raise ServiceError(

@@ -8,11 +8,11 @@ lock on the order (and backed by a unique constraint and a check constraint).
 from __future__ import annotations
 
 import secrets
-from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
+from audit.typealiases import JSONObject
 from demo import faults
 from demo.common import ServiceError, brl, conflict_if_different, int_arg, request_hash, text_arg
 from demo.models import Order, Refund
@@ -22,7 +22,7 @@ MOTIVOS = ("produto_defeituoso", "atraso_entrega", "cancelamento_cliente", "erro
 MAX_REFUND = 5_000_000
 
 
-def order_state(order: Order) -> dict[str, Any]:
+def order_state(order: Order) -> JSONObject:
     """Return what a reviewer or an agent needs to know about an order's money."""
     return {
         "pedido_id": order.order_id,
@@ -40,7 +40,7 @@ def _order(order_id: str, *, lock: bool = False) -> Order:
     return order
 
 
-def _refund_body(refund: Refund, *, replayed: bool) -> dict[str, Any]:
+def _refund_body(refund: Refund, *, replayed: bool) -> JSONObject:
     return {
         "refund_id": refund.refund_id,
         "pedido_id": refund.order.order_id,
@@ -52,7 +52,7 @@ def _refund_body(refund: Refund, *, replayed: bool) -> dict[str, Any]:
     }
 
 
-def _refund_arguments(arguments: dict[str, Any]) -> tuple[str, int, str]:
+def _refund_arguments(arguments: JSONObject) -> tuple[str, int, str]:
     order_id = text_arg(arguments, "pedido_id")
     amount = int_arg(arguments, "valor_centavos", 1, MAX_REFUND)
     motivo = text_arg(arguments, "motivo")
@@ -61,7 +61,7 @@ def _refund_arguments(arguments: dict[str, Any]) -> tuple[str, int, str]:
     return order_id, amount, motivo
 
 
-def refund(arguments: dict[str, Any], *, key: str, claims: Claims) -> dict[str, Any]:
+def refund(arguments: JSONObject, *, key: str, claims: Claims) -> JSONObject:
     """Refund `valor_centavos` of the order once per idempotency key; return the ledger entry."""
     order_id, amount, motivo = _refund_arguments(arguments)
     if faults.held_before_apply(order_id):
@@ -82,8 +82,8 @@ def refund(arguments: dict[str, Any], *, key: str, claims: Claims) -> dict[str, 
 
 
 def _apply_refund(
-    arguments: dict[str, Any], order_id: str, amount: int, motivo: str, key: str, claims: Claims
-) -> dict[str, Any]:
+    arguments: JSONObject, order_id: str, amount: int, motivo: str, key: str, claims: Claims
+) -> JSONObject:
     """Write the refund under the order's row lock; return its body (a replay if the key is known)."""
     order = _order(order_id, lock=True)
     # Read after the lock: a concurrent request with this key has committed or not started.
@@ -113,7 +113,7 @@ def _apply_refund(
     return _refund_body(created, replayed=False)
 
 
-def preview_refund(arguments: dict[str, Any]) -> dict[str, Any]:
+def preview_refund(arguments: JSONObject) -> JSONObject:
     """Predict a refund: the order's money before and after, or why it would be refused."""
     order_id, amount, _ = _refund_arguments(arguments)
     order = _order(order_id)
@@ -139,7 +139,7 @@ def preview_refund(arguments: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def verify_refund(arguments: dict[str, Any], result: dict[str, Any], *, key: str) -> dict[str, Any]:
+def verify_refund(arguments: JSONObject, result: JSONObject, *, key: str) -> JSONObject:
     """Read the ledger back: is there a refund for this key, of this order and amount?"""
     order_id, amount, _ = _refund_arguments(arguments)
     entry = Refund.objects.select_related("order").filter(idempotency_key=key).first()
@@ -160,7 +160,7 @@ def verify_refund(arguments: dict[str, Any], result: dict[str, Any], *, key: str
     return {"confirmed": matches, "observed": observed, "detail": detail}
 
 
-def order_status(arguments: dict[str, Any], *, key: str, claims: Claims) -> dict[str, Any]:
+def order_status(arguments: JSONObject, *, key: str, claims: Claims) -> JSONObject:
     """Return an order's status, amount and refunds."""
     order = _order(text_arg(arguments, "order_id"))
     return {

@@ -11,11 +11,11 @@ from collections import defaultdict, namedtuple
 from collections.abc import Iterable
 from decimal import Decimal
 from functools import cache
-from typing import Any
 
 from django.db import connection, transaction
 from django.utils import timezone
 
+from audit.typealiases import JSONObject
 from demo.common import ServiceError, brl, conflict_if_different, int_arg, request_hash, text_arg
 from demo.models import HOLD_TTL, Event, Hold, Seat
 from toolcatalog.credentials import Claims
@@ -71,7 +71,7 @@ def _runs(seats: list[SeatRow], quantity: int) -> Iterable[list[SeatRow]]:
             yield run
 
 
-def search_seats(arguments: dict[str, Any], *, key: str = "", claims: Claims | None = None) -> dict[str, Any]:
+def search_seats(arguments: JSONObject, *, key: str = "", claims: Claims | None = None) -> JSONObject:
     """Return at most five options of `quantity` adjacent available seats at or under the price limit."""
     event = _event(text_arg(arguments, "event_id"))
     quantity = int_arg(arguments, "quantity", 1, MAX_SEATS)
@@ -92,7 +92,7 @@ def search_seats(arguments: dict[str, Any], *, key: str = "", claims: Claims | N
     }
 
 
-def _option(run: list[SeatRow]) -> dict[str, Any]:
+def _option(run: list[SeatRow]) -> JSONObject:
     total = sum(seat.price_centavos for seat in run)
     return {
         "seat_ids": [seat.seat_id for seat in run],
@@ -103,7 +103,7 @@ def _option(run: list[SeatRow]) -> dict[str, Any]:
     }
 
 
-def _hold_arguments(arguments: dict[str, Any]) -> tuple[str, list[str]]:
+def _hold_arguments(arguments: JSONObject) -> tuple[str, list[str]]:
     event_id = text_arg(arguments, "event_id")
     seat_ids = arguments.get("seat_ids")
     if (
@@ -123,7 +123,7 @@ def _seats(event: Event, seat_ids: list[str]) -> list[Seat]:
     return seats
 
 
-def _hold_body(hold: Hold, *, replayed: bool) -> dict[str, Any]:
+def _hold_body(hold: Hold, *, replayed: bool) -> JSONObject:
     return {
         "hold_id": hold.hold_id,
         "event_id": hold.event.event_id,
@@ -135,7 +135,7 @@ def _hold_body(hold: Hold, *, replayed: bool) -> dict[str, Any]:
 
 
 @transaction.atomic
-def hold_seats(arguments: dict[str, Any], *, key: str, claims: Claims) -> dict[str, Any]:
+def hold_seats(arguments: JSONObject, *, key: str, claims: Claims) -> JSONObject:
     """Hold the seats for ten minutes, once per idempotency key; return the hold."""
     event_id, seat_ids = _hold_arguments(arguments)
     event = _event(event_id, lock=True)
@@ -162,7 +162,7 @@ def hold_seats(arguments: dict[str, Any], *, key: str, claims: Claims) -> dict[s
     return _hold_body(hold, replayed=False)
 
 
-def preview_hold(arguments: dict[str, Any]) -> dict[str, Any]:
+def preview_hold(arguments: JSONObject) -> JSONObject:
     """Predict a hold: each seat's state before and after, or why it would be refused."""
     event_id, seat_ids = _hold_arguments(arguments)
     event = _event(event_id)
@@ -185,7 +185,7 @@ def preview_hold(arguments: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def verify_hold(arguments: dict[str, Any], result: dict[str, Any], *, key: str) -> dict[str, Any]:
+def verify_hold(arguments: JSONObject, result: JSONObject, *, key: str) -> JSONObject:
     """Read the hold back: does one exist for this key, on these seats?"""
     _, seat_ids = _hold_arguments(arguments)
     hold = Hold.objects.select_related("event").filter(idempotency_key=key).first()
@@ -205,7 +205,7 @@ def _hold(hold_id: str, *, lock: bool = False) -> Hold:
 
 
 @transaction.atomic
-def release_hold(arguments: dict[str, Any], *, key: str, claims: Claims) -> dict[str, Any]:
+def release_hold(arguments: JSONObject, *, key: str, claims: Claims) -> JSONObject:
     """Release a hold (harmless if already released or expired); return its final state."""
     hold = _hold(text_arg(arguments, "hold_id"), lock=True)
     state_before = hold.state
@@ -215,7 +215,7 @@ def release_hold(arguments: dict[str, Any], *, key: str, claims: Claims) -> dict
     return {"hold_id": hold.hold_id, "state_before": state_before, "state": "released", "seat_ids": hold.seat_ids()}
 
 
-def preview_release(arguments: dict[str, Any]) -> dict[str, Any]:
+def preview_release(arguments: JSONObject) -> JSONObject:
     """Predict a release: the hold's state before and after."""
     hold = _hold(text_arg(arguments, "hold_id"))
     before = {"hold_id": hold.hold_id, "state": hold.state, "seat_ids": hold.seat_ids()}
@@ -226,7 +226,7 @@ def preview_release(arguments: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def verify_release(arguments: dict[str, Any], result: dict[str, Any], *, key: str) -> dict[str, Any]:
+def verify_release(arguments: JSONObject, result: JSONObject, *, key: str) -> JSONObject:
     """Read the hold back: is it released?"""
     hold = _hold(text_arg(arguments, "hold_id"))
     released = hold.released_at is not None

@@ -14,26 +14,33 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
+from audit.typealiases import JSONObject, JSONValue
 from demo import faults, refunds, seats
 from demo.common import ServiceError
 from toolcatalog.credentials import Claims, CredentialRefused, Scope, bearer, verify
 
-Execute = Callable[..., dict[str, Any]]
-Preview = Callable[[dict[str, Any]], dict[str, Any]]
-Verify = Callable[..., dict[str, Any]]
+Preview = Callable[[JSONObject], JSONObject]
 
 
-def _read_only_preview(arguments: dict[str, Any]) -> dict[str, Any]:
+class Execute(Protocol):
+    def __call__(self, arguments: JSONObject, *, key: str, claims: Claims) -> JSONObject: ...
+
+
+class Verify(Protocol):
+    def __call__(self, arguments: JSONObject, result: JSONObject, *, key: str) -> JSONObject: ...
+
+
+def _read_only_preview(arguments: JSONObject) -> JSONObject:
     return {"summary": "Read-only: this call changes nothing.", "before": None, "after": None}
 
 
-def _read_only_verify(arguments: dict[str, Any], result: dict[str, Any], *, key: str) -> dict[str, Any]:
+def _read_only_verify(arguments: JSONObject, result: JSONObject, *, key: str) -> JSONObject:
     return {"confirmed": True, "observed": {}, "detail": "Read-only: there is no effect to confirm."}
 
 
@@ -61,7 +68,7 @@ ROUTE_SCOPES = {
 }
 
 
-def _json_object(request: HttpRequest) -> dict[str, Any]:
+def _json_object(request: HttpRequest) -> JSONObject:
     try:
         body = json.loads(request.body or b"null")
     except (ValueError, UnicodeDecodeError):
@@ -71,10 +78,16 @@ def _json_object(request: HttpRequest) -> dict[str, Any]:
     return body
 
 
-def _authorise(request: HttpRequest, tool: str, service: Service, arguments: Any, route: str) -> Claims:
-    """Return the claims of the request's credential, which must fit this tool, resource and route."""
+def _arguments(body: JSONObject, route: str) -> JSONObject:
+    """Return the call's arguments: the body itself, or its `arguments` for a verify."""
+    arguments: JSONValue = body.get("arguments") if route == "verify" else body
     if not isinstance(arguments, dict):
         raise ServiceError(400, "malformed_request", "arguments must be a JSON object.")
+    return arguments
+
+
+def _authorise(request: HttpRequest, tool: str, service: Service, arguments: JSONObject, route: str) -> Claims:
+    """Return the claims of the request's credential, which must fit this tool, resource and route."""
     resource = arguments.get(service.resource_argument)
     token = bearer(request.headers.get("Authorization"))
     try:
@@ -95,14 +108,14 @@ def _serve(request: HttpRequest, tool: str, route: str) -> JsonResponse:
         if service is None:
             raise ServiceError(404, "unknown_service", f"No demo service for {tool!r}.")
         body = _json_object(request)
-        arguments = body.get("arguments") if route == "verify" else body
+        arguments = _arguments(body, route)
         claims = _authorise(request, tool, service, arguments, route)
         key = request.headers.get("Idempotency-Key", "")
         if route == "preview":
             return JsonResponse(service.preview(arguments))
         if route == "verify":
-            result = body.get("result") if isinstance(body.get("result"), dict) else {}
-            return JsonResponse(service.verify(arguments, result, key=key))
+            result = body.get("result")
+            return JsonResponse(service.verify(arguments, result if isinstance(result, dict) else {}, key=key))
         if service.writes and not key:
             raise ServiceError(400, "idempotency_key_required", "Send an Idempotency-Key header.")
         if faults.unavailable(claims.resource, key):

@@ -7,7 +7,7 @@ judged again.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
@@ -17,7 +17,9 @@ from django.forms import ModelForm
 from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django_stubs_ext import WithAnnotations
 
+from audit.typealiases import DjangoValue, JSONObject
 from toolcatalog.adminkit import AuditedModelAdmin
 from toolcatalog.forms import RiskRuleForm, RiskTierForm, ToolAdminForm, TryArgumentsForm
 from toolcatalog.models import RiskRule, RiskTier, Tool
@@ -27,7 +29,7 @@ from toolcatalog.signals import announce_policy_change
 
 
 @admin.register(RiskTier)
-class RiskTierAdmin(AuditedModelAdmin):
+class RiskTierAdmin(AuditedModelAdmin[RiskTier]):
     form = RiskTierForm
     list_display = ["level", "name", "requires_approval", "approvals_required", "approval_window", "approver_group"]
     list_display_links = ["level", "name"]
@@ -36,14 +38,14 @@ class RiskTierAdmin(AuditedModelAdmin):
     search_fields = ["name", "description"]
     ordering = ["level"]
 
-    def save_model(self, request: HttpRequest, obj: RiskTier, form: ModelForm, change: bool) -> None:
+    def save_model(self, request: HttpRequest, obj: RiskTier, form: ModelForm[RiskTier], change: bool) -> None:
         """Save, and have every pending call judged again (what a tier takes may have changed)."""
         super().save_model(request, obj, form, change)
         if change:
             announce_policy_change(RiskTier)
 
 
-class RiskRuleInline(admin.StackedInline):
+class RiskRuleInline(admin.StackedInline[RiskRule, Tool]):
     model = RiskRule
     form = RiskRuleForm
     extra = 0
@@ -53,8 +55,12 @@ class RiskRuleInline(admin.StackedInline):
         return super().get_queryset(request).select_related("tier", "tool")
 
 
+class _RuleCount(TypedDict):
+    rule_count: int
+
+
 @admin.register(Tool)
-class ToolAdmin(AuditedModelAdmin):
+class ToolAdmin(AuditedModelAdmin[Tool]):
     form = ToolAdminForm
     change_form_template = "admin/toolcatalog/tool/change_form.html"
     inlines = [RiskRuleInline]
@@ -86,13 +92,14 @@ class ToolAdmin(AuditedModelAdmin):
     ]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Tool]:
-        return super().get_queryset(request).annotate(rule_count=Count("rules"))
+        tools: QuerySet[Tool] = super().get_queryset(request).annotate(rule_count=Count("rules"))
+        return tools
 
     @admin.display(description="rules", ordering="rule_count")
-    def rule_count(self, tool: Tool) -> int:
-        return tool.rule_count  # type: ignore[attr-defined]
+    def rule_count(self, tool: WithAnnotations[Tool, _RuleCount]) -> int:
+        return tool.rule_count
 
-    def audit_related(self, tool: Tool) -> dict[str, Any]:
+    def audit_related(self, tool: Tool) -> JSONObject:
         rules = RiskRule.objects.filter(tool=tool).select_related("tier").order_by("name")
         return {
             "rules": [
@@ -110,7 +117,7 @@ class ToolAdmin(AuditedModelAdmin):
     def audit_names(self, tool: Tool) -> dict[str, str]:
         return {"tool_name": tool.name}
 
-    def save_model(self, request: HttpRequest, obj: Tool, form: ModelForm, change: bool) -> None:
+    def save_model(self, request: HttpRequest, obj: Tool, form: ModelForm[Tool], change: bool) -> None:
         """Save the tool, unless nothing of it changed: an untouched tool is not a new version.
 
         Rules changed inline bump the version themselves, in the same transaction.
@@ -131,7 +138,11 @@ class ToolAdmin(AuditedModelAdmin):
         ]
 
     def change_view(
-        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, DjangoValue] | None = None,
     ) -> HttpResponse:
         extra = {"try_form": TryArgumentsForm(initial={"arguments": {}}), **(extra_context or {})}
         return super().change_view(request, object_id, form_url, extra)
@@ -145,7 +156,7 @@ class ToolAdmin(AuditedModelAdmin):
         return tool
 
     def tool_page(
-        self, request: HttpRequest, tool: Tool, template: str, title: str, **context: Any
+        self, request: HttpRequest, tool: Tool, template: str, title: str, **context: DjangoValue
     ) -> TemplateResponse:
         return TemplateResponse(
             request,

@@ -7,12 +7,12 @@ Forms only check and convert input; the decisions themselves live in
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from django import forms
 from django.core.exceptions import ValidationError
 from django.utils.module_loading import import_string
 
+from audit.typealiases import DjangoValue, JSONObject, JSONValue
 from toolcatalog.executors.base import Executor
 from toolcatalog.models import TIER_LEVELS, ExecutorKind, RiskRule, RiskTier, Tool
 from toolcatalog.schemacheck import input_schema_problems, schema_problems
@@ -33,10 +33,10 @@ CONDITION_HELP = (
 class JSONTextarea(forms.Textarea):
     """A monospace textarea sized to its content."""
 
-    def __init__(self, attrs: dict[str, Any] | None = None) -> None:
+    def __init__(self, attrs: dict[str, DjangoValue] | None = None) -> None:
         super().__init__({"class": "gh-json", "spellcheck": "false", **(attrs or {})})
 
-    def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
+    def get_context(self, name: str, value: JSONValue, attrs: dict[str, DjangoValue] | None) -> dict[str, DjangoValue]:
         """Return the template context, with as many rows as the JSON has lines (within reason)."""
         context = super().get_context(name, value, attrs)
         lines = str(value or "").count("\n") + 2
@@ -49,7 +49,7 @@ class PrettyJSONField(forms.JSONField):
 
     widget = JSONTextarea
 
-    def prepare_value(self, value: Any) -> Any:
+    def prepare_value(self, value: JSONValue) -> JSONValue:
         """Return the value as indented JSON text (invalid input is shown back as typed, nothing as nothing)."""
         if isinstance(value, forms.fields.InvalidJSONInput):
             return value
@@ -63,7 +63,7 @@ def _raise_problems(problems: list[str]) -> None:
         raise ValidationError([ValidationError(problem, code="invalid_schema") for problem in problems])
 
 
-class ToolAdminForm(forms.ModelForm):
+class ToolAdminForm(forms.ModelForm[Tool]):
     """A tool: its schemas must be sound JSON Schemas, its executor must be loadable."""
 
     class Meta:
@@ -95,20 +95,21 @@ class ToolAdminForm(forms.ModelForm):
             "it scopes the call's credential.",
         }
 
-    def clean_input_schema(self) -> Any:
+    def clean_input_schema(self) -> JSONValue:
         schema = self.cleaned_data.get("input_schema")
         _raise_problems(input_schema_problems(schema))
         return schema
 
-    def clean_output_schema(self) -> Any:
+    def clean_output_schema(self) -> JSONValue:
         schema = self.cleaned_data.get("output_schema")
         if schema is not None:
             _raise_problems(schema_problems(schema))
         return schema
 
-    def clean(self) -> dict[str, Any]:
+    def clean(self) -> dict[str, DjangoValue]:
         """Return the cleaned data; the resource argument and executor must fit the tool."""
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         schema, resource = data.get("input_schema"), data.get("resource_argument")
         if isinstance(schema, dict) and resource and resource not in (schema.get("properties") or {}):
             self.add_error("resource_argument", f"{resource!r} is not a property of the input schema.")
@@ -134,7 +135,7 @@ def executor_problem(kind: str | None, ref: str | None) -> str | None:
     return None
 
 
-class RiskRuleForm(forms.ModelForm):
+class RiskRuleForm(forms.ModelForm[RiskRule]):
     """A rule: its condition must be a sound JSON Schema."""
 
     class Meta:
@@ -143,12 +144,12 @@ class RiskRuleForm(forms.ModelForm):
         field_classes = {"condition": PrettyJSONField}
         help_texts = {"condition": CONDITION_HELP, "tier": "The tier a matching call is raised to (never lowered)."}
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: DjangoValue, **kwargs: DjangoValue) -> None:
         super().__init__(*args, **kwargs)
         # {} is a real condition (every call matches), though Django counts it as empty.
         self.fields["condition"].required = False
 
-    def clean_condition(self) -> Any:
+    def clean_condition(self) -> JSONValue:
         condition = self.cleaned_data.get("condition")
         if condition is None:
             raise ValidationError("Give a condition: a JSON Schema over the arguments ({} matches every call).")
@@ -156,7 +157,7 @@ class RiskRuleForm(forms.ModelForm):
         return condition
 
 
-class RiskTierForm(forms.ModelForm):
+class RiskTierForm(forms.ModelForm[RiskTier]):
     """A tier: what it takes for a call at this level to run."""
 
     class Meta:
@@ -172,9 +173,10 @@ class RiskTierForm(forms.ModelForm):
         ]
         help_texts = {"level": TIER_HELP}
 
-    def clean(self) -> dict[str, Any]:
+    def clean(self) -> dict[str, DjangoValue]:
         """Return the cleaned data; a tier that requires approval needs at least one approver."""
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         needs, count = data.get("requires_approval"), data.get("approvals_required")
         if needs and not count:
             self.add_error("approvals_required", "A tier that requires approval needs at least 1 approval.")
@@ -198,7 +200,7 @@ class TryArgumentsForm(forms.Form):
         help_text="Judge the call as an agent whose grant on this tool allows up to this tier.",
     )
 
-    def clean_arguments(self) -> Any:
+    def clean_arguments(self) -> JSONValue:
         arguments = self.cleaned_data.get("arguments")
         if arguments is None:
             raise ValidationError("Paste the arguments as a JSON object, e.g. {}.")
@@ -216,17 +218,17 @@ class WhatIfForm(forms.Form):
         "Edit freely: nothing is saved. " + CONDITION_HELP,
     )
 
-    def __init__(self, *args: Any, tier_levels: set[int], **kwargs: Any) -> None:
+    def __init__(self, *args: DjangoValue, tier_levels: set[int], **kwargs: DjangoValue) -> None:
         super().__init__(*args, **kwargs)
         self.tier_levels = tier_levels
 
     def clean_base_tier(self) -> int:
-        level = self.cleaned_data["base_tier"]
+        level: int = self.cleaned_data["base_tier"]
         if level not in self.tier_levels:
             raise ValidationError(f"There is no tier {level}.")
         return level
 
-    def clean_rules(self) -> list[dict[str, Any]]:
+    def clean_rules(self) -> list[JSONObject]:
         """Return the rules as a list of {name, description, tier, condition, enabled}."""
         rules = self.cleaned_data.get("rules") or []
         if not isinstance(rules, list):
@@ -248,7 +250,7 @@ class WhatIfForm(forms.Form):
         _raise_problems(problems)
         return cleaned
 
-    def _rule_problems(self, rule: Any) -> list[str]:
+    def _rule_problems(self, rule: JSONValue) -> list[str]:
         if not isinstance(rule, dict):
             return ["must be an object"]
         problems = []

@@ -9,6 +9,7 @@ from django.core.validators import MaxValueValidator, RegexValidator
 from django.db import models
 from django.db.models import F
 
+from audit.typealiases import DjangoValue
 from toolcatalog.signals import announce_policy_change
 
 TIER_LEVELS = [(0, "0 — read"), (1, "1 — reversible write"), (2, "2 — irreversible write"), (3, "3 — critical")]
@@ -82,7 +83,7 @@ class Tool(models.Model):
     def __str__(self) -> str:
         return self.name
 
-    def save(self, *args: object, **kwargs: object) -> None:
+    def save(self, *args: DjangoValue, **kwargs: DjangoValue) -> None:
         """Save; every change to an existing tool is a new version, announced after commit."""
         changed = self.pk is not None and not self._state.adding
         if changed:
@@ -133,12 +134,12 @@ class RiskRule(models.Model):
     def __str__(self) -> str:
         return f"{self.tool.name}: {self.name}"
 
-    def save(self, *args: object, **kwargs: object) -> None:
+    def save(self, *args: DjangoValue, **kwargs: DjangoValue) -> None:
         """Save, and make the tool's policy a new version."""
         super().save(*args, **kwargs)
         self.tool.bump_version()
 
-    def delete(self, *args: object, **kwargs: object) -> tuple[int, dict[str, int]]:
+    def delete(self, *args: DjangoValue, **kwargs: DjangoValue) -> tuple[int, dict[str, int]]:
         """Delete, and make the tool's policy a new version."""
         tool = self.tool
         result = super().delete(*args, **kwargs)

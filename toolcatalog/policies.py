@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import threading
 
-from toolcatalog.models import RiskRule, RiskTier, Tool
-from toolcatalog.policy import RuleSpec, TierSpec, ToolPolicy, compile_validator
+from jsonschema import Draft202012Validator
 
-_compiled: dict[tuple[int, int], tuple[object, tuple[RuleSpec, ...]]] = {}
+from toolcatalog.models import RiskRule, RiskTier, Tool
+from toolcatalog.policy import RuleSpec, TierSpec, ToolPolicy
+from toolcatalog.schema import compile_validator
+
+_compiled: dict[tuple[int, int], tuple[Draft202012Validator, tuple[RuleSpec, ...]]] = {}
 _lock = threading.Lock()
 
 
@@ -21,7 +24,7 @@ def tier_specs() -> dict[int, TierSpec]:
     }
 
 
-def _compile(tool: Tool) -> tuple[object, tuple[RuleSpec, ...]]:
+def _compile(tool: Tool) -> tuple[Draft202012Validator, tuple[RuleSpec, ...]]:
     rules = RiskRule.objects.filter(tool_id=tool.pk, enabled=True).select_related("tier").order_by("name")
     specs = tuple(RuleSpec(r.name, r.description, r.tier.level, compile_validator(r.condition)) for r in rules)
     return compile_validator(tool.input_schema), specs
@@ -43,7 +46,7 @@ def policy_for(tool: Tool, tiers: dict[int, TierSpec] | None = None) -> ToolPoli
         name=tool.name,
         version=tool.version,
         base_tier=tool.base_tier.level,
-        validator=validator,  # type: ignore[arg-type]
+        validator=validator,
         rules=rules,
         tiers=tiers if tiers is not None else tier_specs(),
     )

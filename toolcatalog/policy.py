@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
 from jsonschema import Draft202012Validator
 
+from audit.typealiases import JSONObject, JSONValue
 from toolcatalog.schema import FieldError, argument_errors, compile_validator
 
 
@@ -46,7 +47,8 @@ class ToolPolicy:
 
 
 class GrantLike(Protocol):
-    max_tier: int
+    @property
+    def max_tier(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ class Outcome:
 class Verdict:
     outcome: str
     risk_tier: int | None = None
-    risk_reasons: list[dict[str, Any]] = field(default_factory=list)
+    risk_reasons: list[JSONObject] = field(default_factory=list)
     approvals_required: int = 0
     approval_window: timedelta | None = None
     error_code: str | None = None
@@ -83,8 +85,8 @@ def compile_policy(
     name: str,
     version: int,
     base_tier: int,
-    input_schema: dict[str, Any],
-    rules: Sequence[tuple[str, str, int, dict[str, Any]]],
+    input_schema: JSONObject,
+    rules: Sequence[tuple[str, str, int, JSONObject]],
     tiers: Mapping[int, TierSpec],
 ) -> ToolPolicy:
     """Build a policy from plain values (saved or not): rules are (name, description, tier, condition)."""
@@ -98,7 +100,7 @@ def compile_policy(
     )
 
 
-def classify(tool: ToolPolicy, arguments: dict[str, Any]) -> tuple[int, list[dict[str, Any]]]:
+def classify(tool: ToolPolicy, arguments: JSONObject) -> tuple[int, list[JSONObject]]:
     """Return the call's tier and the enabled rules that raised it (step 3)."""
     tier, reasons = tool.base_tier, []
     for rule in tool.rules:
@@ -108,7 +110,7 @@ def classify(tool: ToolPolicy, arguments: dict[str, Any]) -> tuple[int, list[dic
     return tier, reasons
 
 
-def evaluate(tool: ToolPolicy, grant: GrantLike | None, arguments: Any) -> Verdict:
+def evaluate(tool: ToolPolicy, grant: GrantLike | None, arguments: JSONValue) -> Verdict:
     """Decide a proposal: steps 1–5 of the pipeline, with no side effects."""
     if grant is None:
         return Verdict(

@@ -6,19 +6,21 @@ than using one, and a tool's schema changes only with its version.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 from jsonschema import Draft202012Validator, ValidationError
 from referencing import Registry
 
-FieldError = dict[str, Any]
+from audit.typealiases import JSONObject, JSONValue
+
+FieldError = JSONObject
 
 # An empty registry retrieves nothing: a `$ref` outside the schema fails instead of
 # being fetched over the network (jsonschema's default registry would fetch it).
-OFFLINE_REGISTRY: Registry = Registry()
+OFFLINE_REGISTRY: Registry[JSONValue] = Registry()
 
 
-def compile_validator(schema: dict[str, Any]) -> Draft202012Validator:
+def compile_validator(schema: JSONObject) -> Draft202012Validator:
     """Return a validator for `schema`, checking formats too."""
     return Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER, registry=OFFLINE_REGISTRY)
 
@@ -34,14 +36,17 @@ def _join(base: list[str | int], name: str | int) -> str:
     return _path([*base, name])
 
 
-def _known_properties(schema: dict[str, Any]) -> list[str]:
+def _known_properties(schema: JSONValue) -> list[str]:
     return sorted((schema.get("properties") or {}).keys())
 
 
 def _describe(error: ValidationError) -> list[FieldError]:
     """Turn one jsonschema error into one or more `{field, problem, accepted_values?}`."""
     base = list(error.absolute_path)
-    keyword, expected, instance = error.validator, error.validator_value, error.instance
+    # An error from iter_errors always has these set (the stubs also allow them unset).
+    keyword = str(error.validator)
+    expected: JSONValue = error.validator_value
+    instance: JSONValue = error.instance
     if keyword == "required" and isinstance(instance, dict):
         return [{"field": _join(base, name), "problem": "is required"} for name in expected if name not in instance]
     if keyword in {"additionalProperties", "unevaluatedProperties"} and isinstance(instance, dict):
@@ -63,16 +68,16 @@ def _describe(error: ValidationError) -> list[FieldError]:
     return [{"field": field, "problem": _PROBLEMS.get(keyword, _default_problem)(expected, error)}]
 
 
-def _default_problem(expected: Any, error: ValidationError) -> str:
+def _default_problem(expected: JSONValue, error: ValidationError) -> str:
     return error.message
 
 
-def _type_problem(expected: Any, error: ValidationError) -> str:
+def _type_problem(expected: JSONValue, error: ValidationError) -> str:
     names = expected if isinstance(expected, list) else [expected]
     return "must be of type " + " or ".join(str(name) for name in names)
 
 
-_PROBLEMS = {
+_PROBLEMS: dict[str, Callable[[JSONValue, ValidationError], str]] = {
     "type": _type_problem,
     "pattern": lambda expected, e: f"must match the pattern {expected}",
     "minimum": lambda expected, e: f"must be greater than or equal to {expected}",
@@ -89,7 +94,7 @@ _PROBLEMS = {
 }
 
 
-def argument_errors(validator: Draft202012Validator, arguments: Any) -> list[FieldError]:
+def argument_errors(validator: Draft202012Validator, arguments: JSONValue) -> list[FieldError]:
     """Return every problem with `arguments`, sorted by field, or [] if they are valid."""
     problems: dict[tuple[str, str], FieldError] = {}
     for error in validator.iter_errors(arguments):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
 from urllib.parse import urldefrag, urljoin
 
 from jsonschema import Draft202012Validator, ValidationError
@@ -20,6 +19,7 @@ from jsonschema_specifications import REGISTRY as SPECIFICATIONS
 from referencing.exceptions import NoSuchAnchor, PointerToNowhere, Unresolvable
 from referencing.jsonschema import DRAFT202012
 
+from audit.typealiases import JSONObject, JSONValue
 from toolcatalog.schema import OFFLINE_REGISTRY
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -59,13 +59,16 @@ def _meta_problem(error: ValidationError) -> str:
         return f"at {where}: unknown type {error.instance!r}; use one of {', '.join(SIMPLE_TYPES)}"
     if error.validator == "format" and error.validator_value == "regex":
         try:
-            re.compile(error.instance)
+            pattern: JSONValue = error.instance  # set on every error iter_errors yields
+            re.compile(pattern)
         except (re.error, TypeError) as exc:
             return f"at {where}: invalid regular expression {error.instance!r}: {exc}"
     return f"at {where}: {error.message}"
 
 
-def _subschemas(schema: Any, path: list[str | int], base: str) -> Iterator[tuple[list[str | int], dict[str, Any], str]]:
+def _subschemas(
+    schema: JSONValue, path: list[str | int], base: str
+) -> Iterator[tuple[list[str | int], JSONObject, str]]:
     """Yield (path, subschema, base URI) for `schema` and every schema nested in it."""
     if not isinstance(schema, dict):
         return
@@ -84,7 +87,7 @@ def _subschemas(schema: Any, path: list[str | int], base: str) -> Iterator[tuple
             yield from _subschemas(item, [*path, keyword, name], base)
 
 
-def _ref_problems(schema: dict[str, Any]) -> list[str]:
+def _ref_problems(schema: JSONObject) -> list[str]:
     """Return a problem for every `$ref` that does not resolve inside the schema (or the bundled metaschemas)."""
     resource = DRAFT202012.create_resource(schema)
     root = resource.id() or ""
@@ -111,7 +114,7 @@ def _ref_problems(schema: dict[str, Any]) -> list[str]:
     return problems
 
 
-def _format_problems(schema: dict[str, Any]) -> list[str]:
+def _format_problems(schema: JSONObject) -> list[str]:
     """Return a problem for every `format` Gatehouse would not check (it would silently accept anything)."""
     known = Draft202012Validator.FORMAT_CHECKER.checkers
     problems = []
@@ -125,7 +128,7 @@ def _format_problems(schema: dict[str, Any]) -> list[str]:
     return problems
 
 
-def schema_problems(schema: Any) -> list[str]:
+def schema_problems(schema: JSONValue) -> list[str]:
     """Return what is wrong with `schema` as a JSON Schema 2020-12 document ([] if nothing)."""
     if isinstance(schema, bool):
         return []
@@ -142,7 +145,7 @@ def schema_problems(schema: Any) -> list[str]:
     return problems[:MAX_PROBLEMS]
 
 
-def input_schema_problems(schema: Any) -> list[str]:
+def input_schema_problems(schema: JSONValue) -> list[str]:
     """Return what is wrong with `schema` as a tool's input schema: a valid schema of an object."""
     problems = schema_problems(schema)
     if not problems and (not isinstance(schema, dict) or schema.get("type") != "object"):

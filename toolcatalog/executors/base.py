@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+
+from audit.typealiases import JSONObject
 
 
 @dataclass(frozen=True)
@@ -16,7 +17,7 @@ class ExecutionContext:
     """Everything an executor may know about one attempt at one call."""
 
     tool_name: str
-    arguments: dict[str, Any]
+    arguments: JSONObject
     resource: str | None
     call_id: str
     agent_name: str
@@ -30,7 +31,7 @@ class Verification:
     """What reading the downstream state back showed."""
 
     confirmed: bool
-    observed: dict[str, Any]
+    observed: JSONObject
     detail: str = ""
 
 
@@ -39,7 +40,7 @@ class ExecutorError(Exception):
 
     retryable: bool = False
 
-    def __init__(self, message: str, *, detail: dict[str, Any] | None = None) -> None:
+    def __init__(self, message: str, *, detail: JSONObject | None = None) -> None:
         super().__init__(message)
         self.detail = detail or {}
 
@@ -63,13 +64,13 @@ class Executor(ABC):
         self.ref = ref
 
     @abstractmethod
-    def execute(self, ctx: ExecutionContext) -> dict[str, Any]:
+    def execute(self, ctx: ExecutionContext) -> JSONObject:
         """Apply the effect once (the idempotency key makes a repeat harmless); return its result."""
 
     @abstractmethod
-    def dry_run(self, ctx: ExecutionContext) -> dict[str, Any]:
+    def dry_run(self, ctx: ExecutionContext) -> JSONObject:
         """Predict the effect without applying it: `{summary, before, after}`."""
 
     @abstractmethod
-    def verify(self, ctx: ExecutionContext, result: dict[str, Any]) -> Verification:
+    def verify(self, ctx: ExecutionContext, result: JSONObject) -> Verification:
         """Read the downstream state back and say whether the effect is really there."""

@@ -20,7 +20,6 @@ import json
 import os
 import urllib.request
 from functools import cache
-from typing import Any
 from urllib.parse import urlsplit
 
 import certifi
@@ -28,6 +27,7 @@ import urllib3
 from django.conf import settings
 from urllib3.exceptions import HTTPError, NewConnectionError, TimeoutError
 
+from audit.typealiases import JSONObject, JSONValue
 from toolcatalog.executors.base import (
     ExecutionContext,
     Executor,
@@ -36,7 +36,6 @@ from toolcatalog.executors.base import (
     RetryableError,
     Verification,
 )
-from toolcatalog.executors.registry import register
 
 # Below Celery's soft time limit, so a hung downstream is a retryable timeout, not a killed task.
 TIMEOUT = urllib3.Timeout(connect=3.0, read=20.0)
@@ -73,18 +72,31 @@ def _environment_proxies() -> dict[str, str]:
 # may each build one; the cache keeps one and the other is dropped before any connection.
 @cache
 def _pool(proxy: str) -> urllib3.PoolManager:
-    options: dict[str, Any] = {"timeout": TIMEOUT, "retries": False, "maxsize": CONNECTIONS_PER_HOST}
-    options.update(_trusted_certificates())
-    return urllib3.ProxyManager(proxy, **options) if proxy else urllib3.PoolManager(**options)
+    ca_certs, ca_cert_dir = _trusted_certificates()
+    if proxy:
+        return urllib3.ProxyManager(
+            proxy,
+            timeout=TIMEOUT,
+            retries=False,
+            maxsize=CONNECTIONS_PER_HOST,
+            ca_certs=ca_certs,
+            ca_cert_dir=ca_cert_dir,
+        )
+    return urllib3.PoolManager(
+        timeout=TIMEOUT, retries=False, maxsize=CONNECTIONS_PER_HOST, ca_certs=ca_certs, ca_cert_dir=ca_cert_dir
+    )
 
 
-def _trusted_certificates() -> dict[str, str]:
-    """Return whom TLS trusts, as HTTP clients commonly decide: SSL_CERT_FILE, else SSL_CERT_DIR, else certifi."""
+def _trusted_certificates() -> tuple[str | None, str | None]:
+    """Return whom TLS trusts (ca_certs, ca_cert_dir), as HTTP clients commonly decide.
+
+    SSL_CERT_FILE, else SSL_CERT_DIR, else certifi's bundle.
+    """
     if cert_file := os.environ.get("SSL_CERT_FILE"):
-        return {"ca_certs": cert_file}
+        return cert_file, None
     if cert_dir := os.environ.get("SSL_CERT_DIR"):
-        return {"ca_cert_dir": cert_dir}
-    return {"ca_certs": certifi.where()}
+        return None, cert_dir
+    return certifi.where(), None
 
 
 class HttpExecutor(Executor):
@@ -100,11 +112,11 @@ class HttpExecutor(Executor):
             base = settings.GATEHOUSE_DEMO_SERVICES_URL.rstrip("/") + "/" + self.ref.lstrip("/")
         return base.rstrip("/") + suffix
 
-    def execute(self, ctx: ExecutionContext) -> dict[str, Any]:
+    def execute(self, ctx: ExecutionContext) -> JSONObject:
         """POST the arguments; return the downstream's result."""
         return self._post(ctx, "", ctx.arguments)
 
-    def dry_run(self, ctx: ExecutionContext) -> dict[str, Any]:
+    def dry_run(self, ctx: ExecutionContext) -> JSONObject:
         """POST the arguments to `/preview`; return `{summary, before, after}`."""
         preview = self._post(ctx, "/preview", ctx.arguments)
         return {
@@ -114,7 +126,7 @@ class HttpExecutor(Executor):
             **{k: v for k, v in preview.items() if k not in {"summary", "before", "after"}},
         }
 
-    def verify(self, ctx: ExecutionContext, result: dict[str, Any]) -> Verification:
+    def verify(self, ctx: ExecutionContext, result: JSONObject) -> Verification:
         """Ask `/verify` whether the effect `result` describes is really there."""
         answer = self._post(ctx, "/verify", {"arguments": ctx.arguments, "result": result})
         observed = answer.get("observed")
@@ -124,7 +136,7 @@ class HttpExecutor(Executor):
             detail=str(answer.get("detail", "")),
         )
 
-    def _post(self, ctx: ExecutionContext, suffix: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _post(self, ctx: ExecutionContext, suffix: str, body: JSONObject) -> JSONObject:
         """POST `body` with the attempt's credential and key; return the JSON object answered."""
         headers = {
             "Authorization": f"Bearer {ctx.credential}",
@@ -152,10 +164,10 @@ def _unanswered(url: str, exc: HTTPError | ValueError) -> ExecutorError:
     return RetryableError(f"{url} unreachable: {exc}", detail={"url": url})  # refused, reset, broken answer
 
 
-def _answer(url: str, response: urllib3.BaseHTTPResponse) -> dict[str, Any]:
+def _answer(url: str, response: urllib3.BaseHTTPResponse) -> JSONObject:
     """Return the JSON object of a 2xx response; raise the classified error of anything else."""
     try:
-        payload: Any = response.json()
+        payload: JSONValue = response.json()
     except ValueError:  # not JSON, or not UTF-8
         payload = None
     status = response.status
@@ -167,8 +179,3 @@ def _answer(url: str, response: urllib3.BaseHTTPResponse) -> dict[str, Any]:
     if not isinstance(payload, dict):
         raise PermanentError(f"{url} answered {status} without a JSON object", detail={"status": status})
     return payload
-
-
-@register("http")
-def _http(ref: str) -> Executor:
-    return HttpExecutor(ref)

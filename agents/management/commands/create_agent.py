@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agents.provisioning import create_or_update_agent
+from audit.typealiases import OptionValue
 
 
 def parse_grant(text: str) -> tuple[str, int]:
@@ -27,7 +27,7 @@ class Command(BaseCommand):
         parser.add_argument("--grant", action="append", default=[], metavar="TOOL=MAX_TIER")
         parser.add_argument("--json", action="store_true", help='Print {"name", "token"} as JSON.')
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def handle(self, *args: str, **options: OptionValue) -> None:
         grants = dict(parse_grant(item) for item in options["grant"])
         try:
             agent, token = create_or_update_agent(options["name"], grants, owner_username=options["owner"])

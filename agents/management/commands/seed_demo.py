@@ -7,9 +7,9 @@ runs only when the demo is not installed.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.core.management.base import BaseCommand, CommandError
+
+from audit.typealiases import OptionValue
 
 DEMO_OFF = "The demo is not installed: set GATEHOUSE_DEMO=1 (as `make demo` does) and run seed_demo again."
 
@@ -21,5 +21,5 @@ class Command(BaseCommand):
         """Ignore the demo command's options (--password, --tokens-file): the answer is the same line."""
         super().run_from_argv(argv[:2])
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def handle(self, *args: str, **options: OptionValue) -> None:
         raise CommandError(DEMO_OFF)

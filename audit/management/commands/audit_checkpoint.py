@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from audit.checkpoints import make_checkpoint
+from audit.typealiases import OptionValue
 
 
 class Command(BaseCommand):
@@ -17,7 +17,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--out", default=str(settings.VAR_DIR / "audit-checkpoints.txt"))
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def handle(self, *args: str, **options: OptionValue) -> None:
         checkpoint = make_checkpoint()
         if checkpoint is None:
             self.stdout.write("audit log is empty: no checkpoint written")

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from audit.chain import first_break
 from audit.checkpoints import checkpoint_problems
 from audit.models import Event
+from audit.typealiases import OptionValue
 
 
 class Command(BaseCommand):
@@ -18,7 +18,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--checkpoints", help="A file of signed checkpoints written by audit_checkpoint.")
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def handle(self, *args: str, **options: OptionValue) -> None:
         started = time.perf_counter()
         count = Event.objects.count()
         # A million events take seconds: say what is being walked before the walk starts.

@@ -9,12 +9,12 @@ UPDATE, DELETE or TRUNCATE its rows. See docs/deploy.md.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 
 from audit.models import Event
+from audit.typealiases import OptionValue
 
 # Role names are interpolated into SQL (utility statements take no parameters): only plain names.
 _ROLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -93,7 +93,7 @@ class Command(BaseCommand):
             help="Exit non-zero if the role this connection uses could alter or erase the audit log.",
         )
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def handle(self, *args: str, **options: OptionValue) -> None:
         if connection.vendor != "postgresql":
             raise CommandError("database roles are a PostgreSQL matter; this database is " + connection.vendor)
         if options["check"]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -21,6 +20,7 @@ from django.utils.module_loading import import_string
 
 from agents.models import Agent, Grant, hash_token
 from agents.provisioning import create_or_update_agent
+from audit.typealiases import JSONObject, OptionValue
 from demo.catalog import AGENTS, TIERS, TOOLS
 from toolcatalog.models import RiskRule, RiskTier, Tool
 
@@ -39,7 +39,7 @@ def seed_tiers() -> dict[int, RiskTier]:
     return tiers
 
 
-def seed_tool(spec: dict[str, Any], tiers: dict[int, RiskTier]) -> Tool:
+def seed_tool(spec: JSONObject, tiers: dict[int, RiskTier]) -> Tool:
     """Create or update one demo tool and its rules (saving only what changed, so versions stay put)."""
     fields = {k: v for k, v in spec.items() if k not in {"name", "rules", "base_tier"}}
     fields.update(
@@ -153,7 +153,7 @@ class Command(BaseCommand):
         parser.add_argument("--rotate-tokens", action="store_true", help="Issue new tokens to every demo agent.")
         parser.add_argument("--reset-passwords", action="store_true", help="Set the password of existing accounts too.")
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def handle(self, *args: str, **options: OptionValue) -> None:
         path = Path(options["tokens_file"])
         with transaction.atomic():
             tiers = seed_tiers()
