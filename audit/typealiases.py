@@ -4,8 +4,8 @@ A JSON value's shape is checked where it enters (JSON Schema at intake, the
 executor contract on results, `canonical_json` before hashing); a raw SQL row's
 columns are whatever its statement selects; a management command's options are
 whatever its parser declares; Django's form and admin hooks are typed so by
-django-stubs. These aliases are the one place where Gatehouse
-spells `Any` (pyproject.toml allows explicit `Any` in this module only).
+django-stubs. These aliases are the one place where the product spells `Any`
+(pyproject.toml allows it here, and in the agent loop's own agentloop/jsontypes.py).
 """
 
 from __future__ import annotations

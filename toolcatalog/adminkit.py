@@ -80,6 +80,7 @@ class AuditedModelAdmin(admin.ModelAdmin[AuditedModel]):
         return self.model._default_manager.select_related(*fks).get(pk=pk)
 
     def _befores(self, request: HttpRequest) -> dict[object, JSONObject]:
+        """Return the stored state of each object this request changes, kept on it from save_model to log_change."""
         befores: dict[object, JSONObject] = request.__dict__.setdefault("_audit_before", {})
         return befores
 
