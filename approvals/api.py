@@ -7,8 +7,7 @@ through `approvals.errors`, in the one documented shape.
 from __future__ import annotations
 
 import logging
-import uuid
-from typing import Annotated, Any
+from typing import Any
 
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -16,16 +15,14 @@ from ninja import Field, NinjaAPI, Query, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 from ninja.security import HttpBearer
-from pydantic import BeforeValidator, ConfigDict
+from pydantic import ConfigDict
 
-from agents import ratelimit
 from agents.grants import authenticate_with_grant
 from agents.models import Agent
 from approvals.errors import ERROR_STATUS, ApiError, error_response
 from approvals.jsonbody import loads_strict
 from approvals.middleware import database_unavailable
-from approvals.models import ToolCall
-from approvals.pipeline import Proposal, propose
+from approvals.proposals import Proposal, ProposalIn, enforce_rate_limit, get_agent_call, propose
 from approvals.serializers import call_body, tool_body
 from approvals.watch import wait_for
 from toolcatalog.models import Tool
@@ -90,19 +87,6 @@ def _proposed_tool(request: HttpRequest) -> str | None:
     return tool if isinstance(tool, str) and "\x00" not in tool else None
 
 
-def enforce_rate_limit(agent: Agent) -> None:
-    """Raise `rate_limited` (429, Retry-After) when the agent is over its per-minute limit."""
-    decision = ratelimit.hit(agent.pk)
-    if not decision.allowed:
-        error = ApiError(
-            "rate_limited",
-            f"Too many requests: slow down and retry after {decision.retry_after} s.",
-            retry_after=decision.retry_after,
-        )
-        error.headers["Retry-After"] = str(decision.retry_after)
-        raise error
-
-
 class GatehouseApi(NinjaAPI):
     """NinjaAPI whose OpenAPI document also links a proposal to reading its call."""
 
@@ -125,34 +109,6 @@ api = GatehouseApi(
     openapi_url="/openapi.json",
     docs_url=None,
 )
-
-
-def _json_integer(value: Any) -> Any:
-    """Accept what JSON Schema calls an integer (3 and 3.0), nothing else (not "3", not true)."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-# Constraints before the validator: in the other order pydantic documents them wrongly.
-StepNumber = Annotated[int, Field(ge=0, le=2**31 - 1), BeforeValidator(_json_integer)]
-# Text columns cannot hold NUL; saying so in the schema tells clients up front.
-NO_NUL = r"^[^\x00]*$"
-
-
-class ProposalIn(Schema):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    tool: str = Field(
-        min_length=1, max_length=100, pattern=NO_NUL, description="The tool's name, as GET /tools lists it."
-    )
-    arguments: dict[str, Any] = Field(description="The tool's arguments; must match its inputSchema.")
-    idempotency_key: str | None = Field(None, min_length=1, max_length=255, pattern=NO_NUL)
-    conversation_id: str | None = Field(None, min_length=1, max_length=200, pattern=NO_NUL)
-    step: StepNumber | None = None
-    call_index: StepNumber | None = None
-    justification: str = Field("", max_length=10_000, pattern=NO_NUL)
-    dry_run: bool = Field(False, description="Return a preview of the effect; store and execute nothing.")
 
 
 class FieldProblem(Schema):
@@ -323,18 +279,6 @@ def create_call(request: HttpRequest, payload: ProposalIn, query: Query[WaitQuer
     if outcome.replayed:
         return _json(body, 200, replayed=True)
     return _json(body, 202 if body["status"] == "pending_approval" else 201)
-
-
-def get_agent_call(agent: Agent, call_id: str) -> ToolCall:
-    """Return one of this agent's calls; anything else is not found."""
-    try:
-        pk = uuid.UUID(call_id)
-    except ValueError:
-        pk = None
-    call = ToolCall.objects.select_related("tool").filter(pk=pk, agent=agent).first() if pk else None
-    if call is None:
-        raise ApiError("not_found", "No call with that id belongs to this agent.")
-    return call
 
 
 @api.get(

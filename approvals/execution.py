@@ -1,34 +1,30 @@
-"""Everything between "approved" and "the effect happened": enqueue, attempt, verify, sweep.
+"""Everything between "approved" and "the effect happened": one attempt, its verification, the sweeper.
 
-Enqueueing happens only after the approving transaction commits; a broker that is
-down at that moment costs nothing, because the sweeper re-enqueues approved calls
-nobody claimed. The attempt itself runs in phases (see `approvals.tasks.execute_call`):
-claim → check the approval still binds → call the executor outside any transaction
-→ record → verify. State changes are the compare-and-set methods of ToolCall.
+An attempt runs in phases (see `approvals.tasks.execute_call`): claim → check the
+approval still binds → call the executor with a fresh credential, outside any
+transaction → record → verify. Each state change is a step of `approvals.lifecycle`.
+The sweeper re-sends approved calls whose message was lost (`approvals.messages`),
+takes back attempts whose worker vanished, and expires calls nobody decided.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from celery import Celery
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
-from kombu import pools
-from kombu.pools import ProducerPool
 
 from agents.models import Agent, Grant
+from approvals import lifecycle
 from approvals.errors import ApiError
-from approvals.executing import Sent
-from approvals.models import DecisionKind, Status, ToolCall
-from approvals.rows import with_tool_and_agent
-from audit.chain import one_message_possible
+from approvals.messages import Sent, enqueue
+from approvals.models import Status, ToolCall
+from audit.canonical import canonical_hash
 from toolcatalog.credentials import Scope, mint
 from toolcatalog.executors import ExecutionContext, ExecutorError, Verification, executor_for
 from toolcatalog.models import Tool
@@ -42,48 +38,6 @@ BACKOFF_CAP_SECONDS = 60.0
 # An approved call nobody claimed for this long has lost its message (broker down at enqueue).
 UNCLAIMED_GRACE = timedelta(seconds=5)
 SWEEP_BATCH = 500
-
-
-def enqueue(call: ToolCall, countdown: float | None = None) -> bool:
-    """Send the execution task; return False (and log) if the broker is unreachable.
-
-    The message says what the call is as sent (attempt number, tool and agent names),
-    so the worker can claim it without reading it first (`ToolCall.claim_as_sent`).
-    """
-    from approvals.tasks import execute_call
-
-    sent = Sent.of(call)
-    kwargs = {"call_id": str(call.pk), "attempts": sent.attempts, "agent": sent.agent, "tool": sent.tool}
-    try:
-        with _fail_fast_producers(execute_call.app).acquire(block=True, timeout=2) as producer:
-            execute_call.apply_async(kwargs=kwargs, countdown=countdown, retry=False, producer=producer)
-    except Exception as exc:  # noqa: BLE001 — any broker failure; the sweeper sends it again
-        log.warning("broker unreachable (%s); call %s left to the sweeper", exc, call.pk)
-        return False
-    return True
-
-
-def _fail_fast_producers(app: Celery) -> ProducerPool:
-    """Return this process's producers whose connection gives up at once when the broker is down.
-
-    Celery's own pool would retry the connection for seconds first, and the proposal
-    that enqueues waits for it; the sweeper is the retry here.
-    """
-    key = (id(app), os.getpid(), app.conf.broker_write_url or app.conf.broker_url)
-    pool = _producer_pools.get(key)
-    if pool is None:  # looked up by key: building a Connection to look it up would be work on every message
-        options = {**app.conf.broker_transport_options, "max_retries": 0}
-        broker = app.connection_for_write(transport_options=options, connect_timeout=1)
-        pool = _producer_pools[key] = pools.producers[broker]  # kept by kombu too
-    return pool
-
-
-_producer_pools: dict[tuple[int, int, str | None], ProducerPool] = {}
-
-
-def enqueue_on_commit(call: ToolCall) -> None:
-    """Enqueue the call's execution once the current transaction commits."""
-    transaction.on_commit(lambda: enqueue(call))
 
 
 # ------------------------------------------------------------------ contexts
@@ -104,11 +58,7 @@ def approval_ref(call: ToolCall) -> str:
     """Return what the call's permission to run rests on: the approving decisions, or the policy."""
     if call.approvals_required == 0:  # approved by its tier's policy when proposed: no decision to look up
         return f"policy:tier-{call.risk_tier}"
-    ids = list(
-        call.decisions.filter(
-            kind=DecisionKind.APPROVE, arguments_hash=call.arguments_hash, tool_version=call.tool_version
-        ).values_list("pk", flat=True)
-    )
+    ids = list(call.approvals().values_list("pk", flat=True))
     return "decisions:" + ",".join(map(str, ids)) if ids else f"policy:tier-{call.risk_tier}"
 
 
@@ -200,26 +150,24 @@ class Attempt:
 def claim(call_id: str, sent: Sent | None = None) -> ToolCall | None:
     """Return the call if this delivery won it (approved → executing); None for a duplicate or stale one.
 
-    With what the message said of the call (`sent`), the claim is tried first as one
-    round trip that also loads the call; if the call is no longer as sent, it is read
-    and claimed as it is, as for a message that says nothing.
+    With what the message said of the call (`sent`), the claim is tried first without
+    reading the call; if the call is no longer as sent, it is read and claimed as it
+    is, as for a message that says nothing.
     """
-    if sent is not None and one_message_possible():
-        call = ToolCall.claim_as_sent(call_id, sent, settings.CELERY_EXECUTION_LEASE)
+    if sent is not None:
+        call = lifecycle.claim_as_sent(call_id, sent, settings.CELERY_EXECUTION_LEASE)
         if call is not None:
             return call
-    call = with_tool_and_agent(ToolCall, call_id)
+    call = ToolCall.objects.select_related("tool", "agent").filter(pk=call_id).first()
     if call is None or call.status != Status.APPROVED:
         return None
-    return call if call.claim(settings.CELERY_EXECUTION_LEASE) else None
+    return call if lifecycle.claim(call, settings.CELERY_EXECUTION_LEASE) else None
 
 
 def binding_holds(call: ToolCall) -> bool:
     """Return whether what runs is exactly what was approved: same arguments, same tool version."""
-    from approvals.pipeline import arguments_hash
-
     return (
-        call.arguments_hash == call.approved_arguments_hash == arguments_hash(call.arguments)
+        call.arguments_hash == call.approved_arguments_hash == canonical_hash(call.arguments)
         and call.tool.version == call.approved_tool_version
     )
 
@@ -229,9 +177,11 @@ def send_back_for_approval(call: ToolCall) -> None:
     grant = Grant.objects.filter(agent=call.agent, tool=call.tool, tool__enabled=True).first()
     verdict = evaluate(policy_for(call.tool), grant, call.arguments)
     if verdict.refused:
-        call.refuse_on_recheck(ApiError.from_verdict(verdict).body())
+        lifecycle.refuse_on_recheck(call, ApiError.from_verdict(verdict).body())
     else:
-        call.return_for_approval(verdict, call.tool.version)  # its preview is asked for when a reviewer looks
+        lifecycle.return_for_approval(
+            call, verdict, call.tool.version
+        )  # its preview is asked for when a reviewer looks
 
 
 def run_attempt(call: ToolCall) -> Attempt:
@@ -257,11 +207,13 @@ def record(call: ToolCall, attempt: Attempt) -> None:
     if attempt.error is not None:
         _record_failure(call, attempt.error)
     elif attempt.result is None:
-        call.finish(Verification(confirmed=False, observed={}, detail=f"The executor crashed: {attempt.crash}"))
+        lifecycle.finish(
+            call, Verification(confirmed=False, observed={}, detail=f"The executor crashed: {attempt.crash}")
+        )
     elif is_read(call):
-        call.record_read(attempt.result, _verify(call, attempt.result))
-    elif call.record_result(attempt.result):
-        call.finish(_verify(call, attempt.result))
+        lifecycle.record_read(call, attempt.result, _verify(call, attempt.result))
+    elif lifecycle.record_result(call, attempt.result):
+        lifecycle.finish(call, _verify(call, attempt.result))
     # else: the lease was taken back meanwhile; the attempt that owns the call now records.
 
 
@@ -296,10 +248,10 @@ def _record_failure(call: ToolCall, exc: ExecutorError) -> None:
         "downstream": exc.detail.get("body"),
     }
     if not exc.retryable or call.attempts >= settings.CELERY_EXECUTION_MAX_ATTEMPTS:
-        call.fail_attempt(error, retry_at=None)
+        lifecycle.fail_attempt(call, error, retry_at=None)
         return
     delay = backoff(call.attempts)
-    if call.fail_attempt(error, retry_at=timezone.now() + timedelta(seconds=delay)):
+    if lifecycle.fail_attempt(call, error, retry_at=timezone.now() + timedelta(seconds=delay)):
         enqueue(call, countdown=delay)
 
 
@@ -320,7 +272,7 @@ def sweep(now: datetime | None = None) -> dict[str, int]:
 def expire_pending(now: datetime) -> int:
     """Expire pending calls whose approval window has passed; return how many."""
     calls = ToolCall.objects.select_related("agent", "tool").filter(status=Status.PENDING_APPROVAL, expires_at__lte=now)
-    return sum(call.expire() for call in calls[:SWEEP_BATCH])
+    return sum(lifecycle.expire(call) for call in calls[:SWEEP_BATCH])
 
 
 def requeue_unclaimed(now: datetime) -> int:
@@ -337,7 +289,7 @@ def requeue_unclaimed(now: datetime) -> int:
         # Send first, mark after: if the broker is still down, the next sweep tries again.
         if enqueue(call):
             # Not again before a lease has passed: a busy worker may simply not have got to it yet.
-            call.requeue(not_before=now + settings.CELERY_EXECUTION_LEASE)
+            lifecycle.requeue(call, not_before=now + settings.CELERY_EXECUTION_LEASE)
             count += 1
     return count
 
@@ -352,7 +304,7 @@ def release_expired_leases(now: datetime) -> int:
     count = 0
     for call in calls[:SWEEP_BATCH]:
         can_repeat = _repeat_safe(call.tool) and call.attempts < settings.CELERY_EXECUTION_MAX_ATTEMPTS
-        count += call.release_expired_lease(now=now, can_repeat=can_repeat)
+        count += lifecycle.release_expired_lease(call, now=now, can_repeat=can_repeat)
     return count
 
 

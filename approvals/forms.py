@@ -13,7 +13,7 @@ from typing import Any
 from django import forms
 
 from agents.models import Agent
-from approvals.duties import Seen
+from approvals.decisions import Seen
 from approvals.views.present import MONEY_CENTS_SUFFIX, MONEY_UNITS_SUFFIX, format_brl
 from toolcatalog.models import TIER_LEVELS, Tool
 

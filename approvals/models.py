@@ -1,35 +1,19 @@
-"""Tool calls and the decisions people make about them.
-
-Every state change is a compare-and-set (`UPDATE … WHERE status = expected`) that
-writes its audit event in the same transaction; effects outside the database
-(enqueueing execution) are scheduled on commit.
-"""
+"""Tool calls and the decisions people make about them: the rows. What happens to them is `approvals.lifecycle`."""
 
 from __future__ import annotations
 
 import uuid
-from functools import partial
-from typing import Any
 
 from django.conf import settings
-from django.db import connection, models, transaction
+from django.db import models
 from django.utils import timezone
 
 from agents.models import Agent
-from approvals.executing import ExecutionSteps
-from approvals.reviewing import ReviewActions
-from approvals.rows import insert_statement
-from approvals.states import SETTLED_STATUSES, SYSTEM, TERMINAL_STATUSES, DecisionKind, Status
-from approvals.watch import announce
-from audit.chain import new_event, record
-from audit.models import Event
+from approvals.states import DecisionKind, Status
 from toolcatalog.models import Tool
 
-# Re-exported: the rest of the project imports states from here.
-__all__ = ["SETTLED_STATUSES", "SYSTEM", "TERMINAL_STATUSES", "Decision", "DecisionKind", "Status", "ToolCall"]
 
-
-class ToolCall(ReviewActions, ExecutionSteps, models.Model):
+class ToolCall(models.Model):
     """One proposal of one agent to call one tool, and everything that happened to it."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -86,72 +70,29 @@ class ToolCall(ReviewActions, ExecutionSteps, models.Model):
     def __str__(self) -> str:
         return f"{self.tool.name} by {self.agent.name} ({self.status})"
 
-    def insert(self) -> None:
-        """INSERT this new call with a statement built once per process.
+    def approver_names(self) -> list[str]:
+        """Return who approved the current arguments under the current tool version.
 
-        Proposals are the hot path, and `save()` compiles its INSERT anew each time.
-        No signals are sent (none are connected for calls); a taken idempotency key
-        raises IntegrityError as save() would.
+        Whoever edited the call into these arguments proposed them, so their approval of
+        them never counts (an edit back to arguments they had approved earlier included).
         """
-        with connection.cursor() as cursor:
-            cursor.execute(*self.insert_statement())
-        self.inserted()
-
-    def insert_statement(self) -> tuple[str, list[Any]]:
-        """Return the INSERT of this new call and its values, for `insert()` or a batch of statements."""
-        return insert_statement(self)
-
-    def inserted(self) -> None:
-        """Mark this call as stored (what save() does after its INSERT)."""
-        self._state.adding = False
-        self._state.db = connection.alias
-
-    def audit(self, action: str, *, actor: tuple[str, str], data: dict[str, Any] | None = None) -> None:
-        """Write an audit event about this call (inside the caller's transaction); announce it on commit."""
-        record(
-            action,
-            actor=actor,
-            call_id=self.pk,
-            agent_name=self.agent.name,
-            tool_name=self.tool.name,
-            data=data,
+        editors = self.decisions.filter(kind=DecisionKind.EDIT, arguments_hash=self.arguments_hash)
+        names = (
+            self.approvals()
+            .exclude(reviewer_name__in=editors.values("reviewer_name"))
+            .values_list("reviewer_name", flat=True)
         )
-        if action != "call.proposed" and self.worth_announcing():
-            transaction.on_commit(partial(announce, self.pk, self.status))
+        return sorted(set(names))
 
-    def event(self, action: str, *, actor: tuple[str, str], data: dict[str, Any] | None = None) -> Event:
-        """Return an audit event about this call, to append with its change (`audit.chain.record_if_changed`)."""
-        return new_event(action, actor, self.pk, self.agent.name, self.tool.name, data)
+    def approval_count(self) -> int:
+        """Return how many distinct reviewers' approvals of the call as it stands count."""
+        return len(self.approver_names())
 
-    def worth_announcing(self) -> bool:
-        # Only a status that can end a wait is worth telling (nobody waits on a call before
-        # it exists, and approved or executing end no wait).
-        return self.status in SETTLED_STATUSES
-
-    def transition(
-        self,
-        expected: str | tuple[str, ...],
-        to: str,
-        *,
-        actor: tuple[str, str],
-        action: str,
-        data: dict[str, Any] | None = None,
-        **fields: Any,
-    ) -> bool:
-        """Move from `expected` to `to` if, and only if, the row is still in `expected`.
-
-        Returns whether this caller won. The audit event commits with the change.
-        """
-        allowed = (expected,) if isinstance(expected, str) else expected
-        with transaction.atomic():
-            changed = ToolCall.objects.filter(pk=self.pk, status__in=allowed).update(status=to, **fields)
-            if not changed:
-                return False
-            self.status = to
-            for name, value in fields.items():
-                setattr(self, name, value)
-            self.audit(action, actor=actor, data={"from": list(allowed), "to": to, **(data or {})})
-        return True
+    def approvals(self) -> models.QuerySet[Decision]:
+        """Return the approvals of the current arguments under the current tool version."""
+        return self.decisions.filter(
+            kind=DecisionKind.APPROVE, arguments_hash=self.arguments_hash, tool_version=self.tool_version
+        )
 
 
 class Decision(models.Model):

@@ -15,13 +15,13 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import F, QuerySet
-from django.utils import timezone
 
 from agents.models import Agent, Grant
+from approvals import lifecycle
 from approvals.errors import ApiError
-from approvals.models import SYSTEM, Status, ToolCall
+from approvals.models import Status, ToolCall
 from toolcatalog.policies import policy_for, tier_specs
-from toolcatalog.policy import TierSpec, Verdict, evaluate
+from toolcatalog.policy import TierSpec, evaluate
 
 log = logging.getLogger(__name__)
 
@@ -64,55 +64,10 @@ def reevaluate_call(pk: Any, tiers: dict[int, TierSpec]) -> bool:
         grant = Grant.objects.filter(agent_id=call.agent_id, tool_id=tool.pk).first() if tool.enabled else None
         verdict = evaluate(policy_for(tool, tiers), grant, call.arguments)
         if verdict.refused:
-            return _refuse(call, verdict, tool.version)
-        return _rejudge(call, verdict, tool.version)
-
-
-def _judged(call: ToolCall) -> dict[str, Any]:
-    return {
-        "tool_version": call.tool_version,
-        "risk_tier": call.risk_tier,
-        "risk_reasons": call.risk_reasons,
-        "approvals_required": call.approvals_required,
-    }
-
-
-def _rejudge(call: ToolCall, verdict: Verdict, version: int) -> bool:
-    before = _judged(call)
-    after = {
-        "tool_version": version,
-        "risk_tier": verdict.risk_tier,
-        "risk_reasons": verdict.risk_reasons,
-        # It was held for a person: a loosened policy does not release it unseen.
-        "approvals_required": max(verdict.approvals_required, 1),
-    }
-    if after == before:
-        return False
-    return call.transition(
-        Status.PENDING_APPROVAL,
-        Status.PENDING_APPROVAL,
-        actor=SYSTEM,
-        action="call.reevaluated",
-        data={"reason": "policy_changed", "before": before, "after": after},
-        **after,
-    )
-
-
-def _refuse(call: ToolCall, verdict: Verdict, version: int) -> bool:
-    prefix = "The policy changed while this call waited for approval, and now refuses it: "
-    error = ApiError.from_verdict(verdict, prefix).body()
-    return call.transition(
-        Status.PENDING_APPROVAL,
-        Status.REFUSED,
-        actor=SYSTEM,
-        action="call.refused_on_policy_change",
-        data={"before": _judged(call), "tool_version": version, "error": error},
-        error=error,
-        tool_version=version,
-        risk_tier=verdict.risk_tier if verdict.risk_tier is not None else call.risk_tier,
-        risk_reasons=verdict.risk_reasons,
-        finished_at=timezone.now(),
-    )
+            prefix = "The policy changed while this call waited for approval, and now refuses it: "
+            error = ApiError.from_verdict(verdict, prefix).body()
+            return lifecycle.refuse_on_policy_change(call, verdict, tool.version, error)
+        return lifecycle.rejudge(call, verdict, tool.version)
 
 
 def on_agent_saved(
@@ -126,6 +81,6 @@ def on_agent_saved(
     """
     if instance.active or (update_fields is not None and "active" not in update_fields):
         return
-    withdrawn = ToolCall.withdraw_calls_of(instance.pk)
+    withdrawn = lifecycle.withdraw_calls_of(instance.pk)
     if withdrawn:
         log.info("agent %s deactivated: %d waiting call(s) withdrawn", instance.name, withdrawn)

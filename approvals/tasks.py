@@ -9,17 +9,16 @@ from __future__ import annotations
 from celery import shared_task
 
 from approvals import execution
-from approvals.executing import Sent
+from approvals.messages import EXECUTE_CALL, Sent
 
 
-@shared_task(name="approvals.tasks.execute_call", ignore_result=True)
+@shared_task(name=EXECUTE_CALL, ignore_result=True)
 def execute_call(*, call_id: str, attempts: int, agent: str, tool: str) -> None:
     """Run one attempt at an approved call; a duplicate or stale delivery does nothing.
 
-    `attempts`, `agent`, `tool`: the call as the sender saw it (`execution.enqueue`).
+    `attempts`, `agent`, `tool`: the call as the sender saw it (`approvals.messages.enqueue`).
     """
-    sent = Sent(attempts=attempts, agent=agent, tool=tool)
-    call = execution.claim(call_id, sent)  # approved → executing with a lease, or None
+    call = execution.claim(call_id, Sent(attempts=attempts, agent=agent, tool=tool))  # approved → executing, or None
     if call is None:
         return
     if not execution.binding_holds(call):

@@ -18,7 +18,8 @@ django.setup()
 
 from django.contrib.auth import get_user_model  # noqa: E402 — after django.setup()
 
-from approvals.duties import DecisionRefused  # noqa: E402
+from approvals import lifecycle  # noqa: E402
+from approvals.decisions import DecisionRefused  # noqa: E402
 from approvals.models import ToolCall  # noqa: E402
 from approvals.states import Status  # noqa: E402
 
@@ -33,10 +34,10 @@ def stop(signum: int, frame: FrameType | None) -> None:
 def decide(call: ToolCall, number: int, reviewers: list) -> str:
     """Reject every fifth call, approve the rest; return what was done."""
     if number % 5 == 0:
-        call.reject(reviewers[0], reason="Rejected by the embedded-default test's reviewer.")
+        lifecycle.reject(call, reviewers[0], reason="Rejected by the embedded-default test's reviewer.")
         return "rejected"
     for reviewer in reviewers[: max(call.approvals_required, 1)]:
-        call.approve(reviewer)
+        lifecycle.approve(call, reviewer)
     return "approved"
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Permission, User
 
-from approvals import tasks
-from approvals.executing import Sent
+from approvals import lifecycle, tasks
+from approvals.messages import Sent
 from approvals.models import Status, ToolCall
 from audit.models import Event
 from tests.admin_client import AdminBrowser
@@ -79,14 +79,14 @@ def test_approvals_given_under_the_old_version_no_longer_count(
     alice, bob = reviewer("alice"), reviewer("bob")
     api, tool = agent_api(), catalog["emitir_estorno"]
     call = propose(api, 600000, "k-1")  # tier 3: two reviewers
-    assert call.approve(alice) is False  # one of two
+    assert lifecycle.approve(call, alice) is False  # one of two
     change_tool(admin, tool, django_capture_on_commit_callbacks, description="Refunds, now with a note.")
     call.refresh_from_db()
     assert call.tool_version == Tool.objects.get(pk=tool.pk).version
     assert call.approval_count() == 0
-    assert call.approve(bob) is False  # alice's approval was of the old version
+    assert lifecycle.approve(call, bob) is False  # alice's approval was of the old version
     assert call.status == Status.PENDING_APPROVAL
-    assert call.approve(alice) is True  # a fresh approval under the new version counts
+    assert lifecycle.approve(call, alice) is True  # a fresh approval under the new version counts
     assert call.approved_tool_version == call.tool_version
 
 
@@ -159,7 +159,7 @@ def test_a_call_approved_under_an_older_version_goes_back_for_approval_at_execut
     alice = reviewer("alice")
     api, tool = agent_api(), catalog["emitir_estorno"]
     call = propose(api, 30000, "k-1")
-    assert call.approve(alice) is True
+    assert lifecycle.approve(call, alice) is True
     approved_version = call.approved_tool_version
     # The policy tightens after the approval, before a worker picks the call up.
     change_tool(admin, tool, django_capture_on_commit_callbacks, **{"rules-0-tier": tier_pk(3)})
@@ -180,7 +180,7 @@ def test_a_call_approved_under_an_older_version_that_the_new_policy_refuses_is_r
 ) -> None:
     api, tool = agent_api(), catalog["emitir_estorno"]
     call = propose(api, 30000, "k-1")
-    assert call.approve(reviewer("alice")) is True
+    assert lifecycle.approve(call, reviewer("alice")) is True
     schema = json.loads(json.dumps(tool.input_schema))
     schema["properties"]["valor_centavos"]["maximum"] = 20000
     change_tool(admin, tool, django_capture_on_commit_callbacks, input_schema=json.dumps(schema))

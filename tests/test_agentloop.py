@@ -25,7 +25,7 @@ from agentloop.scenarios import (
     seats_model,
 )
 from approvals.models import ToolCall
-from approvals.pipeline import derive_key
+from approvals.proposals import derive_key
 from demo.models import Hold
 from tests.conftest import AgentFactory
 from tests.mcp_server import LiveAsgi

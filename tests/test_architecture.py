@@ -2,6 +2,7 @@
 
 accounts (logins and their lockouts) stands beside toolcatalog: it writes to audit
 only. Nothing imports approvals but config, and the product imports nothing built on it.
+Inside each app, no module imports itself back through others (no import cycle).
 
 Every import statement counts wherever it stands: at module level, inside a function,
 under `if TYPE_CHECKING:`. A downstream is reached by a dotted path string (an
@@ -11,7 +12,7 @@ executor's reference, an INSTALLED_APPS entry), which is not an import.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -126,3 +127,72 @@ def test_imports_in_functions_and_under_type_checking_count() -> None:
     found = sorted(imports_in(source, "audit.views"))
 
     assert found == [(1, "typing"), (3, "approvals.models"), (5, "bench.run"), (6, "audit.chain"), (7, "agents")]
+
+
+def app_modules(app: str) -> dict[str, Path]:
+    """Return every module of `app` by dotted name."""
+    return {module_name(path): path for path in sorted((ROOT / app).rglob("*.py"))}
+
+
+def module_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Return, for each of `modules`, the ones among them it imports."""
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        names = {
+            name
+            for node in ast.walk(ast.parse(path.read_text()))
+            for name in imported_modules(node, module, path.name == "__init__.py", modules.keys())
+        }
+        graph[module] = {name for name in names if name in modules and name != module}
+    return graph
+
+
+def imported_modules(node: ast.AST, module: str, is_package: bool, known: Iterable[str]) -> list[str]:
+    """Return the modules an import statement imports: `from x import y` imports x.y where that is a module, else x.
+
+    (Importing x.y from inside package x needs x only as far as it has run: no cycle of its own.)
+    """
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    base = ".".join(relative_base(module, is_package, node.level)) if node.level else ""
+    package = ".".join(part for part in (base, node.module or "") if part)
+    return [f"{package}.{a.name}" if f"{package}.{a.name}" in known else package for a in node.names]
+
+
+def cycle_in(graph: dict[str, set[str]]) -> list[str]:
+    """Return one import cycle of `graph` as the modules along it (first repeated last), or [] if there is none."""
+    done: set[str] = set()
+
+    def walk(module: str, path: list[str]) -> list[str]:
+        if module in path:
+            return [*path[path.index(module) :], module]
+        if module in done:
+            return []
+        for imported in sorted(graph[module]):
+            found = walk(imported, [*path, module])
+            if found:
+                return found
+        done.add(module)
+        return []
+
+    for module in sorted(graph):
+        found = walk(module, [])
+        if found:
+            return found
+    return []
+
+
+@pytest.mark.parametrize("app", PRODUCT)
+def test_no_app_has_an_import_cycle_among_its_own_modules(app: str) -> None:
+    cycle = cycle_in(module_graph(app_modules(app)))
+
+    assert cycle == [], " → ".join(cycle)
+
+
+def test_a_cycle_through_a_function_level_import_is_found() -> None:
+    graph = {"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}, "a.w": set()}
+
+    assert cycle_in(graph) == ["a.x", "a.y", "a.z", "a.x"]
+    assert cycle_in({"a.x": {"a.y"}, "a.y": set()}) == []

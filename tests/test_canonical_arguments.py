@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 from approvals.models import ToolCall
-from approvals.pipeline import arguments_hash
+from audit.canonical import canonical_hash as arguments_hash
 from audit.canonical import canonical_json, inexact_numbers, normalized
 from audit.chain import first_break, record_alone
 from audit.models import ActorKind, Event

@@ -18,8 +18,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agents.models import Agent
-from approvals import execution
-from approvals.executing import Sent
+from approvals import execution, lifecycle
+from approvals.messages import Sent
 from approvals.models import ToolCall
 from approvals.tasks import execute_call
 from audit.chain import first_break
@@ -56,7 +56,7 @@ def test_an_execution_message_says_what_the_call_was_when_sent(
     ]
 
 
-def test_a_call_as_sent_is_claimed_and_loaded_without_reading_it_first(
+def test_a_call_as_sent_is_claimed_without_reading_it_first(
     sink_broker: RedisServer, demo_services: str, agent_api: Any
 ) -> None:
     call_id = agent_api().propose(refund(1000, idempotency_key="k")).json()["id"]
@@ -65,7 +65,8 @@ def test_a_call_as_sent_is_claimed_and_loaded_without_reading_it_first(
     with CaptureQueriesContext(connection) as queries:
         call = execution.claim(call_id, sent)
 
-    assert len(queries) == 0  # its one message bypasses Django's cursor: no load before it
+    statements = [query["sql"] for query in queries if query["sql"] not in ("BEGIN", "COMMIT")]
+    assert statements[0].startswith('UPDATE "approvals_toolcall"')  # the claim comes first: nothing read before it
     assert call is not None
     assert (call.status, call.attempts) == ("executing", 1)
     assert (call.agent.name, call.tool.name) == ("support-agent", "emitir_estorno")
@@ -87,7 +88,7 @@ def test_a_second_delivery_of_the_message_claims_nothing(proposed: tuple[str, Se
     assert execution.claim(call_id, sent) is not None
 
     assert execution.claim(call_id, sent) is None
-    assert ToolCall.claim_as_sent(call_id, sent, settings.CELERY_EXECUTION_LEASE) is None
+    assert lifecycle.claim_as_sent(call_id, sent, settings.CELERY_EXECUTION_LEASE) is None
 
     assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     assert len(started_events(call_id)) == 1
@@ -99,7 +100,7 @@ def test_a_call_no_longer_as_sent_is_read_and_claimed_as_it_is(proposed: tuple[s
     call_id, sent = proposed
     Agent.objects.filter(name="support-agent").update(name="renamed-agent")  # after the message was sent
 
-    assert ToolCall.claim_as_sent(call_id, sent, settings.CELERY_EXECUTION_LEASE) is None
+    assert lifecycle.claim_as_sent(call_id, sent, settings.CELERY_EXECUTION_LEASE) is None
     call = execution.claim(call_id, sent)
 
     assert call is not None

@@ -17,6 +17,7 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from agents.provisioning import create_or_update_agent
+from approvals import lifecycle
 from approvals.models import Decision, ToolCall
 from audit.models import Event
 from demo.models import Order, Refund
@@ -207,7 +208,7 @@ def seed_scene(support: AgentApi) -> str:
     conversation = {"conversation_id": "conv-2291", "step": 4, "call_index": 0}
     focus = propose(support, 129900, "PED-00000017", None, justification=FOCUS_JUSTIFICATION, **conversation)
     _backdate(focus, now - timedelta(minutes=2))
-    ToolCall.objects.get(pk=_scene_call(0)).approve(User.objects.get(username="alice"))
+    lifecycle.approve(ToolCall.objects.get(pk=_scene_call(0)), User.objects.get(username="alice"))
     return focus
 
 

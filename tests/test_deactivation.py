@@ -13,6 +13,7 @@ from django.db import connection, transaction
 from django.test import Client
 
 from agents.models import Agent
+from approvals import lifecycle
 from approvals.models import Status, ToolCall
 from audit.chain import first_break
 from audit.models import Event
@@ -62,9 +63,9 @@ def test_the_deactivate_action_withdraws_pending_and_approved_calls_and_leaves_t
     api, other_api = AgentApi(Client(), token), AgentApi(Client(), other_token)
     pending = propose(api, 30000, "k-pending")
     approved = propose(api, 40000, "k-approved")
-    assert approved.approve(reviewer()) is True
+    assert lifecycle.approve(approved, reviewer()) is True
     rejected = propose(api, 50000, "k-rejected")
-    rejected.reject(reviewer("rex"), "no")
+    lifecycle.reject(rejected, reviewer("rex"), "no")
     others = propose(other_api, 30000, "k-other")
 
     admin = AdminBrowser()
@@ -99,8 +100,8 @@ def test_a_call_a_worker_already_claimed_is_not_withdrawn(
 ) -> None:
     agent, token = make_agent("support-agent")
     call = propose(AgentApi(Client(), token), 30000, "k-claimed")
-    assert call.approve(reviewer()) is True
-    assert call.claim(timedelta(seconds=60)) is True  # what a worker's delivery does first
+    assert lifecycle.approve(call, reviewer()) is True
+    assert lifecycle.claim(call, timedelta(seconds=60)) is True  # what a worker's delivery does first
     deactivate(agent)
     call.refresh_from_db()
     assert call.status == Status.EXECUTING and call.error is None
@@ -146,9 +147,9 @@ def test_a_real_worker_does_not_execute_an_approved_call_withdrawn_before_it_sta
     call = propose(AgentApi(Client(), token), 30000, "k-worker", pedido="PED-00000004")
     control = propose(AgentApi(Client(), control_token), 30000, "k-control", pedido="PED-00000006")
     rita = reviewer()
-    assert call.approve(rita) is True  # its message waits in the broker: no worker runs yet
+    assert lifecycle.approve(call, rita) is True  # its message waits in the broker: no worker runs yet
     deactivate(agent)
-    assert control.approve(rita) is True  # queued behind it: once this one ran, the worker took both
+    assert lifecycle.approve(control, rita) is True  # queued behind it: once this one ran, the worker took both
 
     worker = start_worker()
     wait_until(lambda: ToolCall.objects.filter(pk=control.pk, status=Status.SUCCEEDED).exists(), timeout=30)
@@ -172,7 +173,7 @@ def test_an_approval_in_progress_leaves_the_agents_row_free_for_a_deactivation(
     def approve_in_progress() -> None:
         try:
             with transaction.atomic():
-                call._locked()  # what approve, reject and edit hold until they commit
+                lifecycle.locked(call)  # what approve, reject and edit hold until they commit
                 holding.set()
                 release.wait(timeout=30)
         finally:

@@ -14,6 +14,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 
+from approvals import lifecycle
 from approvals.models import ToolCall
 from approvals.tasks import execute_call
 from audit.chain import first_break
@@ -89,7 +90,7 @@ def test_a_reviewer_approved_refund_runs_once_with_the_approval_in_its_credentia
     assert call.status == "pending_approval"
     assert not Refund.objects.exists()
 
-    assert call.approve(reviewer())
+    assert lifecycle.approve(call, reviewer())
     body = api.get(call_id, wait=15).json()
 
     decision = call.decisions.get()

@@ -22,6 +22,7 @@ from django.db import connection
 from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from approvals import lifecycle
 from approvals.models import Status, ToolCall
 from tests.conftest import AgentFactory, start_of_a_fresh_window
 from tests.mcp_server import LiveAsgi
@@ -223,7 +224,7 @@ def test_a_rejection_comes_back_with_the_reviewers_reason(live_asgi: LiveAsgi, s
 
     pending = run(propose())
     call = ToolCall.objects.get(pk=pending.structured_content["id"])
-    assert call.reject(reviewer(), "Order was refunded by phone already.")
+    assert lifecycle.reject(call, reviewer(), "Order was refunded by phone already.")
 
     async def follow_up() -> list[types.CallToolResult]:
         async with legacy_session(live_asgi.mcp_url, support) as session:

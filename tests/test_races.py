@@ -12,9 +12,10 @@ from django.contrib.auth.models import Group, Permission, User
 from django.db import connection
 from django.utils import timezone
 
-from approvals.duties import DecisionRefused
+from approvals import lifecycle
+from approvals.decisions import DecisionRefused
 from approvals.models import Decision, Status, ToolCall
-from approvals.pipeline import Proposal, propose
+from approvals.proposals import Proposal, propose
 from audit.chain import first_break
 from audit.models import Event
 
@@ -77,12 +78,12 @@ def test_approval_racing_expiry_ends_in_exactly_one_state_200_times(make_agent) 
         call.refresh_from_db()
         click_at = deadline + timedelta(milliseconds=random.uniform(-4, 2))
         in_parallel(
-            lambda c=call, at=click_at: (sleep_until(at), c.approve(reviewer)),
-            lambda c=call, at=deadline: (sleep_until(at), ToolCall.objects.get(pk=c.pk).expire()),
+            lambda c=call, at=click_at: (sleep_until(at), lifecycle.approve(c, reviewer)),
+            lambda c=call, at=deadline: (sleep_until(at), lifecycle.expire(ToolCall.objects.get(pk=c.pk))),
         )
         # The sweeper comes by later: a call nobody approved in time expires now, once.
         time.sleep(max(0.0, (call.expires_at - timezone.now()).total_seconds()))
-        ToolCall.objects.get(pk=call.pk).expire()
+        lifecycle.expire(ToolCall.objects.get(pk=call.pk))
         final = ToolCall.objects.get(pk=call.pk)
         actions = list(
             Event.objects.filter(call_id=call.pk, action__in=["call.approved", "call.expired"]).values_list(
@@ -101,7 +102,7 @@ def test_fifty_concurrent_approvals_make_one_decision(make_agent) -> None:
     agent, _ = make_agent("support-agent", {"emitir_estorno": 3})
     reviewers = [make_reviewer(f"reviewer{n}") for n in range(50)]
     call = pending_refund(agent, 0)
-    in_parallel(*[lambda r=r: ToolCall.objects.get(pk=call.pk).approve(r) for r in reviewers])
+    in_parallel(*[lambda r=r: lifecycle.approve(ToolCall.objects.get(pk=call.pk), r) for r in reviewers])
     assert ToolCall.objects.get(pk=call.pk).status == Status.APPROVED
     assert Event.objects.filter(call_id=call.pk, action="call.approved").count() == 1
     assert Decision.objects.filter(call=call, kind="approve").count() == 1
@@ -119,7 +120,7 @@ def test_one_reviewer_clicking_approve_fifty_times_counts_once(make_agent) -> No
         ),
     )
     call = outcome.call
-    in_parallel(*[lambda: ToolCall.objects.get(pk=call.pk).approve(alice) for _ in range(50)])
+    in_parallel(*[lambda: lifecycle.approve(ToolCall.objects.get(pk=call.pk), alice) for _ in range(50)])
     call.refresh_from_db()
     assert call.status == Status.PENDING_APPROVAL
     assert call.approval_count() == 1

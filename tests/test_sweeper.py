@@ -19,8 +19,8 @@ from django.contrib.auth.models import Permission
 from django.db import connection
 from django.utils import timezone
 
-from approvals import execution
-from approvals.executing import Sent
+from approvals import execution, lifecycle
+from approvals.messages import Sent
 from approvals.models import ToolCall
 from approvals.tasks import execute_call
 from audit.chain import first_break
@@ -128,8 +128,8 @@ def test_a_step_that_loses_its_compare_and_set_writes_nothing_and_leaves_the_con
     call_id = agent_api().propose(refund(1000, idempotency_key="stale")).json()["id"]
     winner, stale = (ToolCall.objects.select_related("tool", "agent").get(pk=call_id) for _ in range(2))
 
-    assert winner.claim(settings.CELERY_EXECUTION_LEASE)
-    assert not stale.claim(settings.CELERY_EXECUTION_LEASE)  # read before the winner's change
+    assert lifecycle.claim(winner, settings.CELERY_EXECUTION_LEASE)
+    assert not lifecycle.claim(stale, settings.CELERY_EXECUTION_LEASE)  # read before the winner's change
 
     assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     assert stale.status == "approved"  # the loser's instance is not changed either
@@ -198,7 +198,7 @@ def test_a_tool_changed_after_approval_goes_back_for_a_fresh_approval(
     api = agent_api()
     call_id = api.propose(refund(35000, pedido="PED-00000005", idempotency_key="changed")).json()["id"]
     call = ToolCall.objects.get(pk=call_id)
-    assert call.approve(reviewer())
+    assert lifecycle.approve(call, reviewer())
     tool = Tool.objects.get(name="emitir_estorno")
     tool.description += " (now audited by finance)"
     tool.save()  # an admin edits the tool after the approval, before a worker runs the call

@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.db import connection
 
-from approvals import watch
+from approvals import lifecycle, notices, watch
 from approvals.models import ToolCall
 from tests.conftest import refund
 
@@ -61,7 +61,7 @@ def reviewer() -> Any:
 
 def subscribed(call_id: Any) -> bool:
     client = redis.Redis.from_url(django_settings.GATEHOUSE_REDIS_URL)
-    return dict(client.pubsub_numsub(watch.channel(call_id))).get(watch.channel(call_id).encode(), 0) > 0
+    return dict(client.pubsub_numsub(notices.channel(call_id))).get(notices.channel(call_id).encode(), 0) > 0
 
 
 def test_a_waiting_request_is_told_when_a_reviewer_decides(
@@ -72,7 +72,7 @@ def test_a_waiting_request_is_told_when_a_reviewer_decides(
     call = pending_call(agent_api, "watch-told")
     thread, seen = wait_subscribed(call.pk, until_changed_from="pending_approval")
 
-    assert call.reject(reviewer(), "Not this customer.")
+    assert lifecycle.reject(call, reviewer(), "Not this customer.")
     thread.join(10)
 
     assert not thread.is_alive()
@@ -84,7 +84,7 @@ def test_without_redis_a_waiting_request_polls_and_still_sees_the_change(agent_a
     call = pending_call(agent_api, "watch-polled")
     thread, seen = wait_in_thread(call.pk, until_changed_from="pending_approval")
 
-    assert call.reject(reviewer(), "Not this customer.")
+    assert lifecycle.reject(call, reviewer(), "Not this customer.")
     thread.join(10)
 
     assert not thread.is_alive()
@@ -98,36 +98,19 @@ def test_a_kept_subscriber_ignores_what_an_earlier_wait_left_behind(
     earlier = pending_call(agent_api, "watch-earlier")
     call = pending_call(agent_api, "watch-later")
     url = settings.GATEHOUSE_REDIS_URL
-    kept = watch._client(url).pubsub()
-    watch._subscribe(kept, watch.channel(earlier.pk))
+    kept = notices.client(url).pubsub()
+    watch._subscribe(kept, notices.channel(earlier.pk))
     for status in ("rejected", "expired"):  # published to the earlier wait, never read by it
-        watch.announce(earlier.pk, status)
-    watch._give_back(url, kept, watch.channel(earlier.pk))
+        notices.announce(earlier.pk, status)
+    watch._give_back(url, kept, notices.channel(earlier.pk))
     monkeypatch.setitem(watch._idle, url, [kept])
 
     thread, seen = wait_subscribed(call.pk, until_changed_from="pending_approval")
     thread.join(0.3)
 
     assert thread.is_alive()  # the earlier call's notice did not end this wait
-    assert call.reject(reviewer(), "Not this customer.")
+    assert lifecycle.reject(call, reviewer(), "Not this customer.")
     thread.join(10)
     assert not thread.is_alive()
     assert seen[0]["status"] == "rejected"
     assert watch._idle[url] == [kept]  # the same subscriber, kept again for the next wait
-
-
-def test_a_notice_with_the_call_body_is_the_answer_and_nothing_is_read(
-    agent_api: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(watch, "SAFETY_POLL", NEVER)
-    call = pending_call(agent_api, "watch-body")
-    thread, seen = wait_subscribed(call.pk, until_changed_from="pending_approval")
-
-    # Only the notice says so (the row is still pending): the waiter answers with what it was told.
-    told = {"id": str(call.pk), "status": "rejected", "result": {"big": 2**70, "name": "São Paulo"}}
-    watch.announce(call.pk, "rejected", told)
-    thread.join(10)
-
-    assert not thread.is_alive()
-    assert seen == [told]
-    assert ToolCall.objects.get(pk=call.pk).status == "pending_approval"

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from agents.models import Agent, Grant
 from approvals.models import ToolCall
-from approvals.pipeline import arguments_hash
+from audit.canonical import canonical_hash as arguments_hash
 from demo.catalog import MOTIVOS
 from tests.admin_client import AdminBrowser
 from toolcatalog.models import RiskRule, RiskTier, Tool

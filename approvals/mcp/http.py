@@ -39,10 +39,10 @@ from mcp.types import INVALID_REQUEST, PARSE_ERROR
 from starlette.types import Message, Receive, Scope, Send
 
 from agents.models import Agent
-from approvals.api import enforce_rate_limit
 from approvals.errors import ApiError, error_body
 from approvals.jsonbody import loads_strict
 from approvals.mcp.server import AGENT_SCOPE_KEY, build_server
+from approvals.proposals import enforce_rate_limit
 
 log = logging.getLogger(__name__)
 

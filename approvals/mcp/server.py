@@ -2,9 +2,9 @@
 
 The handlers are adapters only. Listing shows the agent's granted, enabled tools
 (MCP shape from `approvals.serializers.tool_body`); calling builds a `Proposal`
-through the REST API's own envelope schema and hands it to
-`approvals.pipeline.propose` — the one pipeline — then reads the call back with
-`approvals.watch.wait_for` and the REST API's `get_agent_call`. ORM work runs in a worker thread
+through the envelope schema REST uses too (`approvals.proposals.ProposalIn`) and
+hands it to `approvals.proposals.propose`, then reads the call back with
+`approvals.watch.wait_for` and `approvals.proposals.get_agent_call`. ORM work runs in a worker thread
 (`sync_to_async`), never on the event loop.
 
 Idempotency and conversation data travel in the request's `_meta`, not in the
@@ -28,11 +28,10 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from agents.models import Agent
-from approvals.api import ProposalIn, get_agent_call
 from approvals.errors import ApiError
 from approvals.mcp.catalog import CatalogChanges
 from approvals.mcp.results import META_PREFIX, STATUS_TOOL, call_envelope_schema, call_result, error_result
-from approvals.pipeline import Proposal, propose
+from approvals.proposals import Proposal, ProposalIn, get_agent_call, propose
 from approvals.serializers import call_body, tool_body
 from approvals.watch import wait_for
 from toolcatalog.models import Tool
@@ -140,7 +139,7 @@ def visible_tools(agent: Agent) -> list[types.Tool]:
 def proposal_from(params: types.CallToolRequestParams) -> tuple[Proposal, float]:
     """Return the proposal a tools/call makes and how long to wait for it, or raise `malformed_request`.
 
-    The envelope is validated by the REST API's own request schema, so both APIs
+    The envelope is validated by the request schema REST uses too, so both APIs
     accept exactly the same values.
     """
     meta = dict(params.meta or {})

@@ -18,7 +18,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django_htmx.http import HttpResponseClientRedirect
 
-from approvals.duties import REVIEW_PERMISSION
+from approvals.decisions import REVIEW_PERMISSION
 from approvals.models import ToolCall
 
 View = Callable[..., HttpResponse]

@@ -18,7 +18,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 from django_htmx.http import HttpResponseClientRefresh
 
-from approvals.duties import DecisionRefused, check_may_decide
+from approvals.decisions import DecisionRefused, check_may_decide
 from approvals.execution import attach_preview
 from approvals.models import Decision, DecisionKind, Status, ToolCall
 from approvals.views.access import _get_call_for_reviewer, reviewer_required

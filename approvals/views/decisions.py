@@ -1,7 +1,7 @@
 """Reviewers' decisions: approve, reject with a reason, edit the arguments.
 
 The rules live in the model methods (compare-and-set under a row lock) and in
-`approvals.duties`; these views only translate requests and refusals. A POST
+`approvals.decisions`; these views only translate requests and refusals. A POST
 answers htmx with the refreshed call (and `HX-Trigger: calls-changed` so counters
 refresh) and a plain browser with a redirect.
 """
@@ -22,7 +22,8 @@ from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
 from agents.models import Grant
-from approvals.duties import AlreadyApproved, DecisionRefused, Seen
+from approvals import lifecycle
+from approvals.decisions import AlreadyApproved, DecisionRefused, Seen
 from approvals.execution import attach_preview, preview_arguments
 from approvals.forms import ApprovalForm, ArgumentsForm
 from approvals.models import Status, ToolCall
@@ -47,12 +48,12 @@ def _answer(request: HttpRequest, call: ToolCall) -> HttpResponse:
 def _enforce_expiry(call: ToolCall) -> None:
     """Expire a call whose window has passed, so the page says so at once rather than at the next sweep."""
     if call.status == Status.PENDING_APPROVAL and call.expires_at and call.expires_at <= timezone.now():
-        call.expire()
+        lifecycle.expire(call)
 
 
 def approve_as_seen(call: ToolCall, reviewer: AbstractBaseUser, seen: Seen) -> str:
     """Approve `call` if it is still exactly what the reviewer was shown; return what happened."""
-    if call.approve(reviewer, seen=seen):
+    if lifecycle.approve(call, reviewer, seen=seen):
         return "Approved. The call runs now."
     count, needed = call.approval_count(), max(call.approvals_required, 1)
     return f"Your approval is recorded ({count} of {needed}); another reviewer must approve before it runs."
@@ -95,7 +96,7 @@ def reject(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     """Reject the call with a reason the agent receives."""
     call = _get_call_for_reviewer(request, pk)
     try:
-        call.reject(request.user, request.POST.get("reason", ""))
+        lifecycle.reject(call, request.user, request.POST.get("reason", ""))
         messages.success(request, "Rejected. The agent receives your reason.")
     except DecisionRefused as refused:
         _enforce_expiry(call)
@@ -150,7 +151,7 @@ def _save_edit(request: HttpRequest, call: ToolCall, review: EditReview) -> Http
     """Save a confirmed edit and go back to the call; None (with a message) if refused."""
     before = call.risk_tier
     try:
-        call.edit_arguments(request.user, review.arguments, review.verdict)
+        lifecycle.edit_arguments(call, request.user, review.arguments, review.verdict)
     except DecisionRefused as refused:
         _enforce_expiry(call)
         messages.error(request, str(refused))

@@ -1,7 +1,7 @@
 """The overview: how the queue is doing, what reviewers decide, what the guards absorbed.
 
-Every figure is one aggregate query over a bounded window, so the page costs the
-same whatever the history.
+Every figure is a query over a bounded window (medians over the most recent
+MEDIAN_SAMPLE decisions in it), so the page costs the same whatever the history.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from statistics import median
 from typing import Any
 
 from django.contrib import messages
-from django.db import connection
-from django.db.models import Aggregate, Count, DurationField, F, Q, QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import TruncDate
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -29,17 +28,9 @@ from approvals.views.queue import pending_count
 from audit.models import Event
 
 WINDOW = timedelta(days=30)
-# Where the database can't take a median, it is computed from at most this many recent decisions.
+# Medians are taken over at most this many recent decisions: a page load reads no more.
 MEDIAN_SAMPLE = 10_000
 REPLAYED_ACTION = "call.replayed"
-
-
-class Median(Aggregate):
-    """PostgreSQL's continuous median of an interval."""
-
-    function = "percentile_cont"
-    template = "%(function)s(0.5) WITHIN GROUP (ORDER BY %(expressions)s)"
-    output_field = DurationField()
 
 
 def reviewed_calls(since: Any) -> QuerySet[ToolCall]:
@@ -49,27 +40,23 @@ def reviewed_calls(since: Any) -> QuerySet[ToolCall]:
 
 def median_time_to_decision(since: Any) -> timedelta | None:
     """Return the median time from proposal to a reviewer's decision, or None without decisions."""
-    calls = reviewed_calls(since)
-    wait = F("decided_at") - F("created_at")
-    if connection.vendor == "postgresql":
-        return calls.aggregate(median=Median(wait))["median"]
-    waits = [d - c for d, c in calls.order_by("-created_at").values_list("decided_at", "created_at")[:MEDIAN_SAMPLE]]
+    waits = [wait for _, wait in decision_waits(since, "decided_at")]
     return median(waits) if waits else None
 
 
 def medians_by(since: Any, key: str) -> list[tuple[Any, timedelta, int]]:
     """Return (key value, median time to decision, decisions) for each value of `key` ("risk_tier" or "day")."""
-    calls = reviewed_calls(since).annotate(day=TruncDate("created_at"))
-    wait = F("decided_at") - F("created_at")
-    if connection.vendor == "postgresql":
-        rows = calls.values(key).annotate(median=Median(wait), n=Count("id")).order_by(key)
-        return [(row[key], row["median"], row["n"]) for row in rows]
     waits: dict[Any, list[timedelta]] = defaultdict(list)
-    for value, decided, created in calls.order_by("-created_at").values_list(key, "decided_at", "created_at")[
-        :MEDIAN_SAMPLE
-    ]:
-        waits[value].append(decided - created)
+    for value, wait in decision_waits(since, key):
+        waits[value].append(wait)
     return [(value, median(group), len(group)) for value, group in sorted(waits.items())]
+
+
+def decision_waits(since: Any, key: str) -> list[tuple[Any, timedelta]]:
+    """Return (value of `key`, time to decision) of the MEDIAN_SAMPLE most recent decisions since `since`."""
+    calls = reviewed_calls(since).annotate(day=TruncDate("created_at")).order_by("-created_at")
+    rows = calls.values_list(key, "decided_at", "created_at")[:MEDIAN_SAMPLE]
+    return [(value, decided - created) for value, decided, created in rows]
 
 
 def wait_rows(rows: list[tuple[Any, timedelta, int]]) -> list[dict[str, Any]]:

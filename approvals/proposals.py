@@ -1,34 +1,97 @@
-"""The governance pipeline around the pure decision: resolve, decide, store, audit.
+"""One proposal, REST and MCP alike: resolve the grant, decide, store with its audit event.
 
-`propose()` turns one proposal into a stored ToolCall (or a refusal) and an audit
-event, in one transaction. The decision itself is `toolcatalog.policy.evaluate()`.
+`propose()` turns one proposal into a stored ToolCall (or a refusal); the decision
+itself is the pure `toolcatalog.policy.evaluate()`, the storing `approvals.lifecycle`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import uuid
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Annotated, Any, NoReturn
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 from django.utils import timezone
+from ninja import Field, Schema
+from pydantic import BeforeValidator, ConfigDict
 
-from agents.breakers import record_failure, record_success
-from agents.budgets import BudgetExhausted, budgets_for, exhausted, spend
+from agents import ratelimit
+from agents.breakers import record_success
+from agents.budgets import BudgetExhausted, budgets_for, exhausted
 from agents.grants import ReadGrant, find_grant
 from agents.models import Agent, BudgetScope, Grant
-from approvals import execution
+from approvals import execution, lifecycle
 from approvals.errors import ApiError
 from approvals.jsonbody import nul_fields
 from approvals.models import Status, ToolCall
 from audit.canonical import canonical_hash, inexact_numbers, normalized
-from audit.chain import one_message_possible, record_alone, record_with
+from audit.chain import record_alone
 from audit.models import ActorKind
 from toolcatalog.policies import policy_for
 from toolcatalog.policy import Outcome, Verdict, evaluate
 
 HEX32 = re.compile(r"^[a-f0-9]{32}$")
+
+
+# ------------------------------------------------------------------ the envelope (REST and MCP)
+
+
+def _json_integer(value: Any) -> Any:
+    """Accept what JSON Schema calls an integer (3 and 3.0), nothing else (not "3", not true)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# Constraints before the validator: in the other order pydantic documents them wrongly.
+StepNumber = Annotated[int, Field(ge=0, le=2**31 - 1), BeforeValidator(_json_integer)]
+# Text columns cannot hold NUL; saying so in the schema tells clients up front.
+NO_NUL = r"^[^\x00]*$"
+
+
+class ProposalIn(Schema):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    tool: str = Field(
+        min_length=1, max_length=100, pattern=NO_NUL, description="The tool's name, as GET /tools lists it."
+    )
+    arguments: dict[str, Any] = Field(description="The tool's arguments; must match its inputSchema.")
+    idempotency_key: str | None = Field(None, min_length=1, max_length=255, pattern=NO_NUL)
+    conversation_id: str | None = Field(None, min_length=1, max_length=200, pattern=NO_NUL)
+    step: StepNumber | None = None
+    call_index: StepNumber | None = None
+    justification: str = Field("", max_length=10_000, pattern=NO_NUL)
+    dry_run: bool = Field(False, description="Return a preview of the effect; store and execute nothing.")
+
+
+def enforce_rate_limit(agent: Agent) -> None:
+    """Raise `rate_limited` (429, Retry-After) when the agent is over its per-minute limit."""
+    decision = ratelimit.hit(agent.pk)
+    if not decision.allowed:
+        error = ApiError(
+            "rate_limited",
+            f"Too many requests: slow down and retry after {decision.retry_after} s.",
+            retry_after=decision.retry_after,
+        )
+        error.headers["Retry-After"] = str(decision.retry_after)
+        raise error
+
+
+def get_agent_call(agent: Agent, call_id: str) -> ToolCall:
+    """Return one of this agent's calls; anything else is not found."""
+    try:
+        pk = uuid.UUID(call_id)
+    except ValueError:
+        pk = None
+    call = ToolCall.objects.select_related("tool").filter(pk=pk, agent=agent).first() if pk else None
+    if call is None:
+        raise ApiError("not_found", "No call with that id belongs to this agent.")
+    return call
+
+
+# ------------------------------------------------------------------ one proposal
 
 
 @dataclass
@@ -55,11 +118,6 @@ class Proposed:
 
 def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def arguments_hash(arguments: dict[str, Any]) -> str:
-    """Return the hash of the canonical form (RFC 8785) of `arguments`: key order and number spelling do not matter."""
-    return canonical_hash(arguments)
 
 
 def derive_key(conversation_id: str, step: int, call_index: int) -> str:
@@ -243,7 +301,7 @@ def _accept(
         tool=grant.tool,
         tool_version=grant.tool.version,
         arguments=arguments,
-        arguments_hash=arguments_hash(arguments),
+        arguments_hash=canonical_hash(arguments),
         request_hash=request_hash,
         idempotency_key=key,
         conversation_id=proposal.conversation_id or "",
@@ -285,17 +343,7 @@ def _insert(call: ToolCall, verdict: Verdict) -> ToolCall | None:
         call.approved_arguments_hash = call.arguments_hash
         call.approved_tool_version = call.tool_version
     try:
-        # PostgreSQL with no budget to spend: the call, its event and the commit in one round trip.
-        if one_message_possible() and not budgets:
-            _insert_in_one_message(call)
-        else:
-            with transaction.atomic():
-                # First: the counter rows are locked before the audit chain, as every row is.
-                spend(call.agent, budgets, now)
-                call.insert()
-                call.audit("call.proposed", actor=(ActorKind.AGENT, call.agent.name), data=_proposed_data(call))
-                if call.status == Status.APPROVED:
-                    execution.enqueue_on_commit(call)
+        lifecycle.propose(call, budgets, now)
     except IntegrityError:
         if call.idempotency_key is None:
             raise
@@ -303,31 +351,6 @@ def _insert(call: ToolCall, verdict: Verdict) -> ToolCall | None:
             agent=call.agent, idempotency_key=call.idempotency_key
         )
     return None
-
-
-def _insert_in_one_message(call: ToolCall) -> None:
-    """Insert the call and chain its `call.proposed` event in a transaction sent as one message."""
-    event = call.event("call.proposed", actor=(ActorKind.AGENT, call.agent.name), data=_proposed_data(call))
-    record_with([call.insert_statement()], event)
-    call.inserted()
-    if call.status == Status.APPROVED:
-        execution.enqueue(call)  # committed: record_with returned
-
-
-def _proposed_data(call: ToolCall) -> dict[str, Any]:
-    return {
-        "status": call.status,
-        "risk_tier": call.risk_tier,
-        "risk_reasons": call.risk_reasons,
-        "tool_version": call.tool_version,
-        "arguments": call.arguments,
-        "arguments_hash": call.arguments_hash,
-        "idempotency_key": call.idempotency_key,
-        "conversation_id": call.conversation_id,
-        "step": call.step,
-        "call_index": call.call_index,
-        "justification": call.justification,
-    }
 
 
 def _replay(existing: ToolCall, request_hash: str) -> Proposed:
@@ -338,18 +361,8 @@ def _replay(existing: ToolCall, request_hash: str) -> Proposed:
             "Use a new key for a new call.",
             call_id=str(existing.pk),
         )
-    _record_replay(existing)
+    lifecycle.record_replay(existing)
     return Proposed(call=existing, replayed=True)
-
-
-def _record_replay(call: ToolCall) -> None:
-    """Audit a duplicate absorbed by idempotency: the console's overview counts these events."""
-    with transaction.atomic():
-        call.audit(
-            "call.replayed",
-            actor=(ActorKind.AGENT, call.agent.name),
-            data={"idempotency_key": call.idempotency_key, "status": call.status},
-        )
 
 
 def _refuse(agent: Agent, grant: Grant, proposal: Proposal, arguments: Any, verdict: Verdict) -> NoReturn:
@@ -360,7 +373,7 @@ def _refuse(agent: Agent, grant: Grant, proposal: Proposal, arguments: Any, verd
         tool=grant.tool,
         tool_version=grant.tool.version,
         arguments=arguments if isinstance(arguments, dict) else {"_": arguments},
-        arguments_hash=arguments_hash(arguments),
+        arguments_hash=canonical_hash(arguments),
         request_hash="",
         conversation_id=proposal.conversation_id or "",
         step=proposal.step,
@@ -372,14 +385,7 @@ def _refuse(agent: Agent, grant: Grant, proposal: Proposal, arguments: Any, verd
         error=error.body(),
         finished_at=timezone.now(),
     )
-    with transaction.atomic():
-        call.save(force_insert=True)
-        call.audit(
-            "call.refused", actor=(ActorKind.AGENT, agent.name), data={**_proposed_data(call), "error": call.error}
-        )
-        record_failure(
-            agent_id=agent.pk, tool_id=grant.tool_id, kind=error.code, agent_name=agent.name, tool_name=grant.tool.name
-        )
+    lifecycle.refuse_proposal(call, error.code)
     error.details["call_id"] = str(call.pk)
     raise error
 

@@ -6,16 +6,13 @@ Every refusal is a DecisionRefused with a sentence a reviewer can read.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
-from approvals.states import DecisionKind
+from approvals.models import ToolCall
+from approvals.states import DecisionKind, Status
 from toolcatalog.models import RiskTier
-
-if TYPE_CHECKING:
-    from approvals.models import ToolCall
 
 REVIEW_PERMISSION = "approvals.review_toolcall"
 ORDINALS = {2: "second", 3: "third"}
@@ -59,7 +56,7 @@ def check_may_decide(call: ToolCall, reviewer: AbstractBaseUser, *, approving: b
     """Raise DecisionRefused unless `reviewer` may approve (or reject) `call` now."""
     if not reviewer.has_perm(REVIEW_PERMISSION):
         raise DecisionRefused("You are not a reviewer.")
-    if call.status != "pending_approval":
+    if call.status != Status.PENDING_APPROVAL:
         raise DecisionRefused(
             f"This call is no longer waiting for a decision (it is {call.get_status_display().lower()})."
         )
@@ -93,9 +90,7 @@ def proposed_these_arguments(call: ToolCall, reviewer: AbstractBaseUser) -> bool
 
 def has_approved(call: ToolCall, reviewer: AbstractBaseUser) -> bool:
     """Return whether `reviewer` approved the current arguments under the current tool version."""
-    return call.decisions.filter(
-        kind=DecisionKind.APPROVE, reviewer=reviewer, arguments_hash=call.arguments_hash, tool_version=call.tool_version
-    ).exists()
+    return call.approvals().filter(reviewer=reviewer).exists()
 
 
 def waiting_words(call: ToolCall) -> str:
