@@ -131,8 +131,7 @@ def attach_preview(call: ToolCall) -> None:
     call.preview = preview_arguments(call.tool, call.agent, call.arguments)
     if "error" in call.preview:
         return
-    # Only for the arguments it was computed from: a reviewer's edit brings its own preview.
-    ToolCall.objects.filter(pk=call.pk, arguments_hash=call.arguments_hash).update(preview=call.preview)
+    lifecycle.store_preview(call, call.preview)
 
 
 # ------------------------------------------------------------------ one attempt

@@ -10,7 +10,8 @@ a reviewer's `approve`, `reject`, `edit_arguments`; the clock's `expire`; a poli
 change's `rejudge` / `refuse_on_policy_change`; a deactivation's `withdraw`; then a
 worker's attempt: `claim` → `record_result` → `finish` (or `record_read`, or
 `fail_attempt`), `return_for_approval` / `refuse_on_recheck` when the tool changed
-since approval, and the sweeper's `requeue` / `release_expired_lease`.
+since approval, and the sweeper's `requeue` / `release_expired_lease`. Beside the
+life, `store_preview` keeps the dry run a reviewer reads.
 """
 
 from __future__ import annotations
@@ -164,6 +165,14 @@ def proposed_data(call: ToolCall) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ reviewers and the clock
+
+
+def store_preview(call: ToolCall, preview: dict[str, Any]) -> None:
+    """Keep the dry-run preview a reviewer reads (no status change, so no event).
+
+    Only for the arguments it was computed from: a reviewer's edit brings its own preview.
+    """
+    ToolCall.objects.filter(pk=call.pk, arguments_hash=call.arguments_hash).update(preview=preview)
 
 
 def locked(call: ToolCall) -> ToolCall:
