@@ -60,18 +60,20 @@ def change(
 ) -> bool:
     """Move `call` to `to` if, and only if, its row is still in `expected` (and matches `where`); return whether.
 
-    The events commit with the change. No savepoint: inside a caller's transaction
-    the change commits or rolls back with it.
+    Runs inside the caller's transaction, so the change, its events and whatever the
+    caller checked under its lock commit together (a reviewer's approval is one
+    transaction, its row locked once).
     """
-    with transaction.atomic(savepoint=False):
-        rows = ToolCall.objects.filter(pk=call.pk, status__in=expected, **(where or {}))
-        if not rows.update(status=to, **fields):
-            return False
-        call.status = to
-        for name, value in fields.items():
-            setattr(call, name, value)
-        for action, data in events:
-            audit(call, action, actor=actor, data=data)
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("lifecycle.change() must run inside the transaction that commits it")
+    rows = ToolCall.objects.filter(pk=call.pk, status__in=expected, **(where or {}))
+    if not rows.update(status=to, **fields):
+        return False
+    call.status = to
+    for name, value in fields.items():
+        setattr(call, name, value)
+    for action, data in events:
+        audit(call, action, actor=actor, data=data)
     return True
 
 
@@ -118,7 +120,8 @@ def _step(
     attempt = fields.get("attempts", call.attempts)
     told = [(action, {"from": expected, "to": tells, "attempt": attempt, **data}) for action, tells, data in events]
     scope = {"attempts": call.attempts, **(where or {})}
-    return change(call, (expected,), to, told, actor=actor, where=scope, **fields)
+    with transaction.atomic():
+        return change(call, (expected,), to, told, actor=actor, where=scope, **fields)
 
 
 # ------------------------------------------------------------------ proposing
@@ -294,17 +297,19 @@ def edit_arguments(call: ToolCall, reviewer: AbstractBaseUser, arguments: dict[s
 def expire(call: ToolCall) -> bool:
     """Expire a pending call whose approval window has passed; return whether this caller did."""
     now = timezone.now()
-    return _move(
-        call,
-        Status.PENDING_APPROVAL,
-        Status.EXPIRED,
-        actor=SYSTEM,
-        action="call.expired",
-        data={"expires_at": call.expires_at.isoformat() if call.expires_at else None},
-        where={"expires_at__lte": now},
-        error={"error": "expired", "message": "No reviewer approved this call within its approval window."},
-        finished_at=now,
-    )
+    message = "No reviewer approved this call within its approval window."
+    with transaction.atomic():
+        return _move(
+            call,
+            Status.PENDING_APPROVAL,
+            Status.EXPIRED,
+            actor=SYSTEM,
+            action="call.expired",
+            data={"expires_at": call.expires_at.isoformat() if call.expires_at else None},
+            where={"expires_at__lte": now},
+            error={"error": "expired", "message": message},
+            finished_at=now,
+        )
 
 
 def withdraw_calls_of(agent_id: int) -> int:
@@ -320,7 +325,10 @@ def withdraw_calls_of(agent_id: int) -> int:
 
 
 def withdraw(call: ToolCall) -> bool:
-    """Refuse this pending or approved call because its agent was deactivated; return whether this caller did."""
+    """Refuse this pending or approved call because its agent was deactivated; return whether this caller did.
+
+    Inside `withdraw_calls_of`'s transaction, which holds the call's row.
+    """
     error = {
         "error": AGENT_DEACTIVATED,
         "message": "The agent that proposed this call was deactivated, so the call was withdrawn: it will not run.",
@@ -347,7 +355,10 @@ def judged(call: ToolCall) -> dict[str, Any]:
 
 
 def rejudge(call: ToolCall, verdict: Verdict, version: int) -> bool:
-    """Take the current policy's `verdict` on a pending call (tool `version`); return whether anything changed."""
+    """Take the current policy's `verdict` on a pending call (tool `version`); return whether anything changed.
+
+    Inside the caller's transaction, which holds the call's row (`approvals.receivers.reevaluate_call`).
+    """
     before = judged(call)
     after = {
         "tool_version": version,
@@ -371,7 +382,10 @@ def rejudge(call: ToolCall, verdict: Verdict, version: int) -> bool:
 
 
 def refuse_on_policy_change(call: ToolCall, verdict: Verdict, version: int, error: dict[str, Any]) -> bool:
-    """The current policy refuses a pending call: pending_approval → refused; return whether this caller did."""
+    """The current policy refuses a pending call: pending_approval → refused; return whether this caller did.
+
+    Inside the caller's transaction, which holds the call's row, as for `rejudge`.
+    """
     return _move(
         call,
         Status.PENDING_APPROVAL,

@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 from django.contrib.auth.models import Group, Permission, User
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from approvals import lifecycle
@@ -124,3 +125,17 @@ def test_one_reviewer_clicking_approve_fifty_times_counts_once(make_agent) -> No
     call.refresh_from_db()
     assert call.status == Status.PENDING_APPROVAL
     assert call.approval_count() == 1
+
+
+def test_an_approval_is_one_transaction_that_locks_the_call_once(make_agent) -> None:
+    agent, _ = make_agent("support-agent", {"emitir_estorno": 3})
+    call = pending_refund(agent, 0)
+    alice = make_reviewer("alice")
+
+    with CaptureQueriesContext(connection) as queries:
+        assert lifecycle.approve(call, alice) is True
+
+    statements = [query["sql"] for query in queries]
+    assert sum("FOR UPDATE" in sql for sql in statements) == 1
+    assert not any("SAVEPOINT" in sql for sql in statements)  # nothing nested inside the one transaction
+    assert call.status == Status.APPROVED
