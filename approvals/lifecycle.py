@@ -1,8 +1,8 @@
 """Everything that happens to a ToolCall, on one compare-and-set that writes its audit events with it.
 
 `change()` is the only way a call's status moves: `UPDATE … WHERE pk AND status IN
-expected` (and, for a worker's step, the attempt number), then the events, in one
-transaction; whoever changed no row lost, and writes nothing. Effects outside the
+expected` (and, for a worker's step, the attempt number), then the events, in the
+transaction its caller opened; whoever changed no row lost, and writes nothing. Effects outside the
 database (the execution message, telling waiters) happen after commit.
 
 The life of a call: `propose` (approved or pending_approval) or `refuse_proposal`;
@@ -187,7 +187,9 @@ def locked(call: ToolCall) -> ToolCall:
     return ToolCall.objects.select_for_update(of=("self",)).select_related("agent", "tool").get(pk=call.pk)
 
 
-def _decision(call: ToolCall, reviewer: AbstractBaseUser, kind: str, reason: str = "", **bound: Any) -> Decision:
+def _decision(
+    call: ToolCall, reviewer: AbstractBaseUser, kind: str, reason: str = "", *, arguments_hash: str | None = None
+) -> Decision:
     """Record a reviewer's act, bound to the call's arguments (an edit: to the arguments it proposed)."""
     return Decision.objects.create(
         call=call,
@@ -195,7 +197,7 @@ def _decision(call: ToolCall, reviewer: AbstractBaseUser, kind: str, reason: str
         reviewer_name=reviewer.get_username(),
         kind=kind,
         reason=reason,
-        arguments_hash=bound.get("arguments_hash", call.arguments_hash),
+        arguments_hash=arguments_hash or call.arguments_hash,
         tool_version=call.tool_version,
     )
 
