@@ -51,6 +51,8 @@ class Event(models.Model):
 
     class Meta:
         ordering = ["-seq"]
+        # The audit pages' own permission: reading the whole log is not the same trust as deciding calls.
+        permissions = [("browse_auditlog", "Can browse the audit log")]
         # Every append updates every index under the chain lock: only what the audit
         # log's filters and a call's timeline read. Plain btrees (db_index on a
         # CharField would add a LIKE-pattern twin on PostgreSQL that nothing uses).

@@ -1,8 +1,8 @@
 """The audit log browser: filters and search, keyset pages, streamed CSV / JSON Lines export, chain status.
 
-`audit` is a leaf app, so the reviewer permission is named by string rather than
-imported. Pages use keyset pagination on `seq` (no COUNT, no OFFSET), so the first
-and the ten-thousandth page cost the same.
+The pages are guarded by audit's own permission (`audit.browse_auditlog`), so who may
+read the log is decided apart from who may decide calls. Pages use keyset pagination
+on `seq` (no COUNT, no OFFSET), so the first and the ten-thousandth page cost the same.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from audit.models import HASHED_FIELDS, Event
 from audit.search import call_id_lookups, json_contains
 from audit.typealiases import JSONValue
 
-REVIEW_PERMISSION = "approvals.review_toolcall"
+BROWSE_PERMISSION = "audit.browse_auditlog"
 PAGE_SIZE = 100
 EXPORT_BATCH = 2000
 CHAIN_CACHE_KEY = "audit:chain-status"
@@ -134,14 +134,14 @@ def _seq_bounds(start: datetime | None, end: datetime | None) -> dict[str, int]:
 Params = ParamSpec("Params")
 
 
-def reviewer_only(view: Callable[Params, HttpResponseBase]) -> Callable[Params, HttpResponseBase]:
-    """Signed-in reviewers only (the same permission as the rest of the console)."""
-    return login_required(permission_required(REVIEW_PERMISSION, raise_exception=True)(view))
+def auditors_only(view: Callable[Params, HttpResponseBase]) -> Callable[Params, HttpResponseBase]:
+    """Signed-in people who may browse the audit log only; others signed in get 403."""
+    return login_required(permission_required(BROWSE_PERMISSION, raise_exception=True)(view))
 
 
 @require_GET
 @vary_on_headers("HX-Request")
-@reviewer_only
+@auditors_only
 def event_log(request: ConsoleRequest) -> HttpResponse:
     """Audit events newest first, 100 a page; htmx polls of the first page get just the table."""
     form = EventFilterForm(request.GET)
@@ -206,7 +206,7 @@ def _json_lines(events: QuerySet[Event]) -> Iterator[str]:
 
 
 @require_GET
-@reviewer_only
+@auditors_only
 def export(request: ConsoleRequest, fmt: str) -> StreamingHttpResponse | HttpResponse:
     """Stream the filtered events as CSV (for people; formula-like cells quoted) or JSON Lines (exact)."""
     form = EventFilterForm(request.GET)
@@ -240,7 +240,7 @@ def chain_status(fresh: bool = False) -> dict[str, JSONValue]:
 
 
 @require_GET
-@reviewer_only
+@auditors_only
 def chain(request: ConsoleRequest) -> HttpResponse:
     """The chain verification badge, loaded after the page so a long walk never delays it."""
     return render(request, "audit/_chain_status.html", {"chain": chain_status(fresh="fresh" in request.GET)})

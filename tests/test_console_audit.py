@@ -9,7 +9,9 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth.models import Group, Permission, User
 from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -53,6 +55,78 @@ def tamper(sql: str, params: list[object]) -> None:
         cursor.execute("ALTER TABLE audit_event DISABLE TRIGGER audit_event_no_update_delete")
         cursor.execute(sql, params)
         cursor.execute("ALTER TABLE audit_event ENABLE TRIGGER audit_event_no_update_delete")
+
+
+AUDIT_PAGES = ("/audit/", "/audit/chain/", "/audit/export.csv", "/audit/export.jsonl")
+AUDIT_LINK = 'href="/audit/"'
+
+
+def user_with(username: str, *codenames: str) -> User:
+    """Return a new user holding exactly the permissions named (by codename), directly."""
+    user = User.objects.create_user(username)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+    return user
+
+
+def test_the_reviewer_permission_alone_opens_no_audit_page_and_the_nav_does_not_offer_it() -> None:
+    reviewer = Console(user_with("rita", "review_toolcall"))
+
+    for path in AUDIT_PAGES:
+        assert reviewer.get(path).status_code == 403, path
+    queue = reviewer.get("/")
+    assert queue.status_code == 200
+    assert AUDIT_LINK not in queue.content.decode()
+
+
+def test_the_audit_permission_opens_the_audit_pages_and_the_nav_offers_only_them() -> None:
+    auditor = Console(user_with("otto", "browse_auditlog"))
+
+    for path in AUDIT_PAGES:
+        assert auditor.get(path).status_code == 200, path
+    page = auditor.get("/audit/").content.decode()
+    assert AUDIT_LINK in page and 'href="/activity/"' not in page
+    assert auditor.get("/").status_code == 403
+
+
+def test_a_reviewer_who_may_also_browse_the_audit_log_is_offered_it_in_the_nav() -> None:
+    both = Console(user_with("bea", "review_toolcall", "browse_auditlog"))
+
+    assert both.get("/audit/").status_code == 200
+    assert AUDIT_LINK in both.get("/").content.decode()
+
+
+def migrate_audit_to(target: str) -> None:
+    executor = MigrationExecutor(connection)
+    executor.migrate([("audit", target)])
+
+
+def test_the_migration_grants_the_audit_permission_to_every_existing_reviewer_group_and_user() -> None:
+    # As before the upgrade: the audit permission does not exist yet (post_migrate creates it after migrations).
+    Permission.objects.filter(codename="browse_auditlog").delete()
+    migrate_audit_to("0003_fewer_indexes")
+    review = Permission.objects.get(codename="review_toolcall", content_type__app_label="approvals")
+    reviewers = Group.objects.create(name="Refund desk")
+    reviewers.permissions.add(review)
+    others = Group.objects.create(name="Finance")
+    member, direct, neither = (
+        User.objects.create_user("gina"),
+        User.objects.create_user("dirk"),
+        User.objects.create_user("nel"),
+    )
+    member.groups.add(reviewers)
+    direct.user_permissions.add(review)
+    neither.groups.add(others)
+
+    migrate_audit_to("0004_browse_auditlog_permission")
+
+    browse = Permission.objects.get(codename="browse_auditlog", content_type__app_label="audit")
+    assert list(browse.group_set.all()) == [reviewers]
+    assert list(browse.user_set.all()) == [direct]
+    assert [User.objects.get(pk=user.pk).has_perm("audit.browse_auditlog") for user in (member, direct, neither)] == [
+        True,
+        True,
+        False,
+    ]
 
 
 def test_the_audit_log_filters_by_agent_tool_action_call_and_dates(

@@ -74,11 +74,12 @@ def seed_people(password: str, *, reset_passwords: bool) -> list[str]:
     Existing accounts keep their password unless `reset_passwords`: setting it again
     would log their open sessions out. Return the names whose password was set.
     """
-    perm = Permission.objects.get(codename="review_toolcall", content_type__app_label="approvals")
+    review = Permission.objects.get(codename="review_toolcall", content_type__app_label="approvals")
+    browse_audit = Permission.objects.get(codename="browse_auditlog", content_type__app_label="audit")
     reviewers, _ = Group.objects.get_or_create(name=REVIEWERS_GROUP)
     seniors, _ = Group.objects.get_or_create(name=SENIOR_GROUP)
     for group in (reviewers, seniors):
-        group.permissions.add(perm)
+        group.permissions.add(review, browse_audit)
     password_set = []
     for username, groups in (("alice", [reviewers, seniors]), ("bob", [reviewers, seniors]), ("admin", [reviewers])):
         user, created = get_user_model().objects.get_or_create(
