@@ -7,12 +7,12 @@ the reviewer console decides calls, workers run them; admin never edits one.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 from django.contrib import admin
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, User
 from django.db import transaction
+from django.db.models import Model
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
 from django.utils import timezone
@@ -31,25 +31,24 @@ from toolcatalog.policy import compile_policy
 class ReadOnlyAdminMixin:
     """No add, change or delete: the admin shows rows, never edits them."""
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_add_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
 
 
-class DecisionInline(ReadOnlyAdminMixin, admin.TabularInline):
+class DecisionInline(ReadOnlyAdminMixin, admin.TabularInline[Decision, ToolCall]):
     model = Decision
     extra = 0
-    fields = ["created_at", "reviewer_name", "kind", "reason", "tool_version", "arguments_hash"]
-    readonly_fields = fields
+    fields = readonly_fields = ("created_at", "reviewer_name", "kind", "reason", "tool_version", "arguments_hash")
 
 
 @admin.register(ToolCall)
-class ToolCallAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class ToolCallAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[ToolCall]):
     list_display = [
         "short_id",
         "created_at",
@@ -95,7 +94,7 @@ class ToolCallAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     ]
 
     def get_readonly_fields(self, request: HttpRequest, obj: ToolCall | None = None) -> list[str]:
-        return [name for _, options in self.fieldsets for name in options["fields"]]
+        return [name for _, options in self.fieldsets for name in options["fields"] if isinstance(name, str)]
 
     @admin.display(description="call", ordering="id")
     def short_id(self, call: ToolCall) -> str:
@@ -127,7 +126,7 @@ class ToolCallAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(Decision)
-class DecisionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class DecisionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[Decision]):
     list_display = ["created_at", "call", "reviewer_name", "kind", "tool_version", "reason"]
     list_filter = ["kind"]
     search_fields = ["reviewer_name", "=call__id", "reason"]
@@ -143,7 +142,7 @@ admin.site.unregister(Group)
 
 
 @admin.register(User)
-class AuditedUserAdmin(AuditedModelAdmin, UserAdmin):
+class AuditedUserAdmin(AuditedModelAdmin[User], UserAdmin[User]):
     audit_exclude = ("password", "last_login")
 
     def user_change_password(self, request: HttpRequest, id: str, form_url: str = "") -> HttpResponse:
@@ -153,7 +152,7 @@ class AuditedUserAdmin(AuditedModelAdmin, UserAdmin):
 
 
 @admin.register(Group)
-class AuditedGroupAdmin(AuditedModelAdmin, GroupAdmin):
+class AuditedGroupAdmin(AuditedModelAdmin[Group], GroupAdmin):
     pass
 
 

@@ -1,23 +1,24 @@
 """The agent JSON API (`/api/v1/`): list tools, propose calls, read calls back.
 
-Authentication happens once (AgentBearer sets `request.agent`); every error leaves
-through `approvals.errors`, in the one documented shape.
+Authentication happens once (AgentBearer sets `request.agent`, so every view takes an
+`AgentRequest`); every error leaves through `approvals.errors`, in the one documented shape.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import cast
 
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import Field, NinjaAPI, Query, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.openapi.schema import OpenAPISchema
 from ninja.parser import Parser
 from ninja.security import HttpBearer
 from pydantic import ConfigDict
 
-from agents.grants import authenticate_with_grant
+from agents.grants import ReadGrant, authenticate_with_grant
 from agents.models import Agent
 from approvals.errors import ERROR_STATUS, ApiError, error_response
 from approvals.jsonbody import loads_strict
@@ -25,6 +26,7 @@ from approvals.middleware import database_unavailable
 from approvals.proposals import Proposal, ProposalIn, enforce_rate_limit, get_agent_call, propose
 from approvals.serializers import call_body, tool_body
 from approvals.watch import wait_for
+from audit.typealiases import JSONObject, JSONValue
 from toolcatalog.models import Tool
 
 log = logging.getLogger(__name__)
@@ -32,18 +34,32 @@ log = logging.getLogger(__name__)
 READ_CALL_LINK = {"operationId": "readToolCall", "parameters": {"call_id": "$response.body#/id"}}
 
 
+class AgentRequest(HttpRequest):
+    """An agent's request that `AgentBearer` let through (never constructed: a view's annotation).
+
+    `agent` is the active agent holding the bearer token; `read_grant`, on a proposal,
+    its grant for the tool the body names, read with it (None elsewhere); `strict_body`,
+    once read, the body as `loads_strict` parsed it.
+    """
+
+    agent: Agent
+    read_grant: ReadGrant | None
+    strict_body: JSONValue
+
+
 class StrictJsonParser(Parser):
     """Parse bodies with the strict rules of `approvals.jsonbody`."""
 
-    def parse_body(self, request: HttpRequest) -> Any:
+    def parse_body(self, request: HttpRequest) -> JSONValue:
         return strict_body(request)
 
 
-def strict_body(request: HttpRequest) -> Any:
-    """Return the request's body parsed by `loads_strict`, once per request."""
-    if not hasattr(request, "strict_body"):
-        request.strict_body = loads_strict(request.body)  # type: ignore[attr-defined]
-    return request.strict_body  # type: ignore[attr-defined]
+def strict_body(request: HttpRequest) -> JSONValue:
+    """Return the request's body parsed by `loads_strict`, once per request (authentication may read it first)."""
+    api_request = cast(AgentRequest, request)  # ninja hands every hook a plain HttpRequest
+    if not hasattr(api_request, "strict_body"):
+        api_request.strict_body = loads_strict(request.body)
+    return api_request.strict_body
 
 
 class AgentBearer(HttpBearer):
@@ -60,13 +76,17 @@ class AgentBearer(HttpBearer):
 
     def authenticate(self, request: HttpRequest, token: str) -> Agent | None:
         tool_name = _proposed_tool(request) if self.with_proposed_grant else None
+        read: ReadGrant | None = None
         if tool_name is None:
             agent = Agent.authenticate(token)
         else:
-            agent, request.read_grant = authenticate_with_grant(token, tool_name)  # type: ignore[attr-defined]
-        if agent is not None:
-            enforce_rate_limit(agent)
-        request.agent = agent  # type: ignore[attr-defined]
+            agent, read = authenticate_with_grant(token, tool_name)
+        if agent is None:
+            return None
+        enforce_rate_limit(agent)
+        # From here on the request is an AgentRequest: ninja runs the view only when this returns an agent.
+        admitted = cast(AgentRequest, request)
+        admitted.agent, admitted.read_grant = agent, read
         return agent
 
 
@@ -90,8 +110,10 @@ def _proposed_tool(request: HttpRequest) -> str | None:
 class GatehouseApi(NinjaAPI):
     """NinjaAPI whose OpenAPI document also links a proposal to reading its call."""
 
-    def get_openapi_schema(self, *args: Any, **kwargs: Any) -> Any:
-        schema = super().get_openapi_schema(*args, **kwargs)
+    def get_openapi_schema(
+        self, *, path_prefix: str | None = None, path_params: JSONObject | None = None
+    ) -> OpenAPISchema:
+        schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
         for path, operations in schema["paths"].items():
             if path.endswith("/tool-calls") and "post" in operations:
                 for code in (200, 201, 202):
@@ -114,7 +136,7 @@ api = GatehouseApi(
 class FieldProblem(Schema):
     field: str
     problem: str
-    accepted_values: list[Any] | None = None
+    accepted_values: list[JSONValue] | None = None
 
 
 class ErrorOut(Schema):
@@ -130,16 +152,16 @@ class CallOut(Schema):
     tool: str
     status: str
     risk_tier: int | None
-    risk_reasons: list[dict[str, Any]]
+    risk_reasons: list[JSONObject]
     approvals_required: int
     idempotency_key: str | None
-    arguments: dict[str, Any]
+    arguments: JSONObject
     conversation_id: str | None
     step: int | None
     call_index: int | None
-    result: Any = None
-    error: dict[str, Any] | None = None
-    preview: dict[str, Any] | None = None
+    result: JSONValue = None
+    error: JSONObject | None = None
+    preview: JSONObject | None = None
     created_at: str
     decided_at: str | None
     expires_at: str | None
@@ -150,9 +172,9 @@ class PreviewOut(Schema):
     dry_run: bool
     tool: str
     risk_tier: int
-    risk_reasons: list[dict[str, Any]]
+    risk_reasons: list[JSONObject]
     would_require_approval: bool
-    preview: dict[str, Any]
+    preview: JSONObject
 
 
 class ToolOut(Schema):
@@ -161,8 +183,8 @@ class ToolOut(Schema):
     name: str
     title: str
     description: str
-    inputSchema: dict[str, Any]
-    annotations: dict[str, Any]
+    inputSchema: JSONObject
+    annotations: JSONObject
 
 
 class ToolsOut(Schema):
@@ -219,7 +241,7 @@ def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     return error_response(ApiError("malformed_request", str(exc)))
 
 
-def _json(body: dict[str, Any], status: int, replayed: bool = False) -> JsonResponse:
+def _json(body: JSONObject, status: int, replayed: bool = False) -> JsonResponse:
     response = JsonResponse(body, status=status, json_dumps_params={"ensure_ascii": False})
     if replayed:
         response["Idempotent-Replayed"] = "true"
@@ -232,8 +254,8 @@ def _json(body: dict[str, Any], status: int, replayed: bool = False) -> JsonResp
     summary="List the tools this agent may use",
     operation_id="listTools",
 )
-def list_tools(request: HttpRequest) -> HttpResponse:
-    tools = Tool.objects.filter(grants__agent=request.agent, enabled=True).order_by("name")  # type: ignore[attr-defined]
+def list_tools(request: AgentRequest) -> HttpResponse:
+    tools = Tool.objects.filter(grants__agent=request.agent, enabled=True).order_by("name")
     return _json({"tools": [tool_body(tool) for tool in tools]}, 200)
 
 
@@ -258,9 +280,8 @@ def list_tools(request: HttpRequest) -> HttpResponse:
     description="201: accepted and approved; 202: held for a reviewer; 200: a replay of an earlier "
     "call with the same idempotency key (header Idempotent-Replayed: true), or a dry-run preview.",
 )
-def create_call(request: HttpRequest, payload: ProposalIn, query: Query[WaitQuery]) -> HttpResponse:
-    read = getattr(request, "read_grant", None)
-    outcome = propose(request.agent, Proposal(**payload.model_dump()), read)  # type: ignore[attr-defined]
+def create_call(request: AgentRequest, payload: ProposalIn, query: Query[WaitQuery]) -> HttpResponse:
+    outcome = propose(request.agent, Proposal(**payload.model_dump()), request.read_grant)
     if outcome.preview is not None and outcome.verdict is not None:
         return _json(
             {
@@ -287,7 +308,7 @@ def create_call(request: HttpRequest, payload: ProposalIn, query: Query[WaitQuer
     summary="Read one of this agent's calls",
     operation_id="readToolCall",
 )
-def read_call(request: HttpRequest, call_id: str, query: Query[WaitQuery]) -> HttpResponse:
-    call = get_agent_call(request.agent, call_id)  # type: ignore[attr-defined]
+def read_call(request: AgentRequest, call_id: str, query: Query[WaitQuery]) -> HttpResponse:
+    call = get_agent_call(request.agent, call_id)
     body = wait_for(call, query.wait, until_changed_from=call.status) if query.wait else call_body(call)
     return _json(body, 200)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.utils import timezone
 
 from approvals.models import ToolCall
@@ -52,7 +52,7 @@ class Seen:
             )
 
 
-def check_may_decide(call: ToolCall, reviewer: AbstractBaseUser, *, approving: bool) -> None:
+def check_may_decide(call: ToolCall, reviewer: User, *, approving: bool) -> None:
     """Raise DecisionRefused unless `reviewer` may approve (or reject) `call` now."""
     if not reviewer.has_perm(REVIEW_PERMISSION):
         raise DecisionRefused("You are not a reviewer.")
@@ -70,9 +70,16 @@ def check_may_decide(call: ToolCall, reviewer: AbstractBaseUser, *, approving: b
         check_may_approve(call, reviewer)
 
 
-def check_may_approve(call: ToolCall, reviewer: AbstractBaseUser) -> None:
+def tier_of(call: ToolCall) -> RiskTier | None:
+    """Return the risk tier the call was classified at, with its approver group; None if it has none."""
+    if call.risk_tier is None:
+        return None
+    return RiskTier.objects.select_related("approver_group").filter(level=call.risk_tier).first()
+
+
+def check_may_approve(call: ToolCall, reviewer: User) -> None:
     """Raise DecisionRefused unless `reviewer`'s approval of the call as it stands would count."""
-    tier = RiskTier.objects.select_related("approver_group").filter(level=call.risk_tier).first()
+    tier = tier_of(call)
     group = tier.approver_group if tier else None
     if group is not None and not reviewer.groups.filter(pk=group.pk).exists():
         raise DecisionRefused(f"Calls at tier {call.risk_tier} may only be approved by members of “{group.name}”.")
@@ -83,12 +90,12 @@ def check_may_approve(call: ToolCall, reviewer: AbstractBaseUser) -> None:
         raise AlreadyApproved(waiting_words(call))
 
 
-def proposed_these_arguments(call: ToolCall, reviewer: AbstractBaseUser) -> bool:
+def proposed_these_arguments(call: ToolCall, reviewer: User) -> bool:
     """Return whether `reviewer` edited the call into its current arguments (an edit binds what it proposed)."""
     return call.decisions.filter(kind=DecisionKind.EDIT, reviewer=reviewer, arguments_hash=call.arguments_hash).exists()
 
 
-def has_approved(call: ToolCall, reviewer: AbstractBaseUser) -> bool:
+def has_approved(call: ToolCall, reviewer: User) -> bool:
     """Return whether `reviewer` approved the current arguments under the current tool version."""
     return call.approvals().filter(reviewer=reviewer).exists()
 

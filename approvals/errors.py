@@ -6,10 +6,9 @@ Every error that reaches an agent (REST or MCP) is an ApiError and leaves throug
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.http import JsonResponse
 
+from audit.typealiases import JSONObject, JSONValue
 from toolcatalog.policy import Verdict
 
 # code → HTTP status. The OpenAPI document and the MCP adapter read this table too.
@@ -34,7 +33,7 @@ ERROR_STATUS: dict[str, int] = {
 class ApiError(Exception):
     """A refusal the caller can act on."""
 
-    def __init__(self, code: str, message: str, **details: Any) -> None:
+    def __init__(self, code: str, message: str, **details: JSONValue) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -45,7 +44,7 @@ class ApiError(Exception):
     def status(self) -> int:
         return ERROR_STATUS[self.code]
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> JSONObject:
         return error_body(self.code, self.message, **self.details)
 
     @classmethod
@@ -59,7 +58,7 @@ class ApiError(Exception):
         return error
 
 
-def error_body(code: str, message: str, **details: Any) -> dict[str, Any]:
+def error_body(code: str, message: str, **details: JSONValue) -> JSONObject:
     """Return the error body every API error uses."""
     return {"error": code, "message": message, **details}
 

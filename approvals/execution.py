@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.conf import settings
 from django.db import connection
@@ -23,8 +22,10 @@ from agents.models import Agent, Grant
 from approvals import lifecycle
 from approvals.errors import ApiError
 from approvals.messages import Sent, enqueue
-from approvals.models import Status, ToolCall
+from approvals.models import ToolCall
+from approvals.states import Status
 from audit.canonical import canonical_hash
+from audit.typealiases import JSONObject
 from toolcatalog.credentials import Scope, mint
 from toolcatalog.executors import ExecutionContext, ExecutorError, Verification, executor_for
 from toolcatalog.models import Tool
@@ -48,7 +49,7 @@ def downstream_key(call_id: str) -> str:
     return f"gatehouse-call-{call_id}"
 
 
-def resource_of(tool: Tool, arguments: dict[str, Any]) -> str | None:
+def resource_of(tool: Tool, arguments: JSONObject) -> str | None:
     """Return the value of the tool's resource argument (what a credential is scoped to), if any."""
     value = arguments.get(tool.resource_argument) if tool.resource_argument else None
     return None if value is None else str(value)
@@ -86,7 +87,7 @@ def context_for(call: ToolCall, scope: str) -> ExecutionContext:
     )
 
 
-def preview_context(tool: Tool, agent: Agent, arguments: dict[str, Any], call_id: str = "") -> ExecutionContext:
+def preview_context(tool: Tool, agent: Agent, arguments: JSONObject, call_id: str = "") -> ExecutionContext:
     """Return the context of a dry run: its credential may read the resource, never change it."""
     resource = resource_of(tool, arguments)
     credential = mint(
@@ -109,7 +110,7 @@ def preview_context(tool: Tool, agent: Agent, arguments: dict[str, Any], call_id
     )
 
 
-def preview_arguments(tool: Tool, agent: Agent, arguments: dict[str, Any]) -> dict[str, Any]:
+def preview_arguments(tool: Tool, agent: Agent, arguments: JSONObject) -> JSONObject:
     """Predict the effect of calling `tool` with `arguments`: `{summary, before, after}`."""
     try:
         return executor_for(tool).dry_run(preview_context(tool, agent, arguments))
@@ -141,7 +142,7 @@ def attach_preview(call: ToolCall) -> None:
 class Attempt:
     """What the executor did: a result, a classified error, or an unexpected crash."""
 
-    result: dict[str, Any] | None = None
+    result: JSONObject | None = None
     error: ExecutorError | None = None
     crash: str = ""
 
@@ -216,7 +217,7 @@ def record(call: ToolCall, attempt: Attempt) -> None:
     # else: the lease was taken back meanwhile; the attempt that owns the call now records.
 
 
-def _verify(call: ToolCall, result: dict[str, Any]) -> Verification:
+def _verify(call: ToolCall, result: JSONObject) -> Verification:
     """Read the downstream back with a fresh read-only credential (outside any transaction, as above)."""
     if is_read(call):
         # A read has no effect to confirm: its answer is the observation, and a second
@@ -235,7 +236,7 @@ def is_read(call: ToolCall) -> bool:
 
 def backoff(attempt: int) -> float:
     """Return the delay before retrying after failed attempt number `attempt` (1, 2, 4 … capped)."""
-    return min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2 ** max(attempt - 1, 0))
+    return min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2.0 ** max(attempt - 1, 0))
 
 
 def _record_failure(call: ToolCall, exc: ExecutorError) -> None:

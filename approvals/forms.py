@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from collections.abc import Callable
 
 from django import forms
+from django.http import QueryDict
 
 from agents.models import Agent
 from approvals.decisions import Seen
 from approvals.views.present import MONEY_CENTS_SUFFIX, MONEY_UNITS_SUFFIX, format_brl
+from audit.typealiases import DjangoValue, JSONObject, JSONValue
 from toolcatalog.models import TIER_LEVELS, Tool
 
 # Reviewers never change these: the key is what makes a retried execution harmless downstream.
@@ -34,7 +36,7 @@ class QueueFilterForm(forms.Form):
         choices=[("", "All tiers"), *TIER_LEVELS], coerce=int, required=False, empty_value=None
     )
 
-    def filters(self) -> dict[str, Any]:
+    def filters(self) -> dict[str, DjangoValue]:
         """Return the valid filters as queryset lookups; an unknown value narrows nothing."""
         self.is_valid()
         data = getattr(self, "cleaned_data", {})
@@ -56,7 +58,7 @@ class ApprovalForm(forms.Form):
         return Seen(data.get("arguments_hash") or "", data.get("tool_version"))
 
 
-def _field_for(name: str, spec: dict[str, Any], required: bool) -> forms.Field:
+def _field_for(name: str, spec: JSONObject, required: bool) -> forms.Field:
     """Return a form field that reads one schema property's value as text."""
     common = {"required": required, "help_text": spec.get("description", ""), "label": name}
     kind = spec.get("type")
@@ -83,24 +85,24 @@ def _field_for(name: str, spec: dict[str, Any], required: bool) -> forms.Field:
 class JsonField(forms.CharField):
     """A field for arrays and objects, typed as JSON."""
 
-    def to_python(self, value: Any) -> Any:
+    def to_python(self, value: JSONValue) -> JSONValue:
         text = super().to_python(value)
-        if text in self.empty_values:
+        if text is None or text in self.empty_values:
             return None
         try:
             return json.loads(text)
         except ValueError:
             raise forms.ValidationError("Not valid JSON.") from None
 
-    def prepare_value(self, value: Any) -> Any:
+    def prepare_value(self, value: JSONValue) -> JSONValue:
         return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 class ArgumentsForm(forms.Form):
     """One field per property of a tool's input schema; `arguments()` returns the JSON object."""
 
-    def __init__(self, schema: dict[str, Any], current: dict[str, Any], *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, initial=_initial(schema, current), **kwargs)
+    def __init__(self, schema: JSONObject, current: JSONObject, data: QueryDict | None = None) -> None:
+        super().__init__(data, initial=_initial(schema, current))
         self.current = current
         self.schema = schema
         required = set(schema.get("required") or [])
@@ -111,7 +113,7 @@ class ArgumentsForm(forms.Form):
                 field.help_text = "Kept as the agent sent it: it stops a retried execution from acting twice."
             self.fields[name] = field
 
-    def arguments(self) -> dict[str, Any]:
+    def arguments(self) -> JSONObject:
         """Return the edited arguments (empty optional fields left out); call after is_valid()."""
         edited = {}
         for name, value in self.cleaned_data.items():
@@ -121,7 +123,7 @@ class ArgumentsForm(forms.Form):
             edited[name] = int(value) if isinstance(value, float) and value.is_integer() else value
         return edited
 
-    def add_schema_errors(self, errors: list[dict[str, Any]]) -> None:
+    def add_schema_errors(self, errors: list[JSONObject]) -> None:
         """Attach the schema's complaints to the fields they name, in a reviewer's words where we know them."""
         messages: dict[str, list[str]] = {}
         for error in errors:
@@ -137,7 +139,7 @@ class ArgumentsForm(forms.Form):
                 self.add_error(name if name in self.fields else None, message)
 
 
-def _schema_words(error: dict[str, Any]) -> str:
+def _schema_words(error: JSONObject) -> str:
     """Return the schema's own complaint, for the cases `value_problems` has no better words for."""
     message = f"{error.get('field')} {error.get('problem')}"
     if error.get("accepted_values"):
@@ -154,14 +156,14 @@ def _amount(name: str, number: float) -> str:
     return f"{number:g}"
 
 
-def value_problems(name: str, spec: dict[str, Any], value: Any) -> list[str]:
+def value_problems(name: str, spec: JSONObject, value: JSONValue) -> list[str]:
     """Return what is wrong with one edited value, in words ("Must be at most R$ 50.000,00.")."""
     problems = []
     if isinstance(value, str) and isinstance(spec.get("pattern"), str) and not re.search(spec["pattern"], value):
         described = describe_pattern(spec["pattern"])
         problems.append(f"Must be {described}." if described else f"Must have the form: {spec.get('description')}")
     if isinstance(value, int | float) and not isinstance(value, bool):
-        checks = [
+        checks: list[tuple[str, Callable[[float], bool], str]] = [
             ("minimum", lambda bound: value < bound, "at least"),
             ("exclusiveMinimum", lambda bound: value <= bound, "more than"),
             ("maximum", lambda bound: value > bound, "at most"),
@@ -228,7 +230,7 @@ def _counted(noun: str, count: str | None) -> str:
     return f"{low} or more {noun}s" if not high else f"{low} to {high} {noun}s"
 
 
-def _initial(schema: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+def _initial(schema: JSONObject, current: JSONObject) -> JSONObject:
     """Return the call's values as the fields show them (enum and boolean choices are JSON)."""
     properties = schema.get("properties") or {}
     initial = {}

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import NoReturn
 
 from django.conf import settings
 
 from approvals.errors import ApiError
+from audit.typealiases import JSONObject, JSONValue
 
 
-def _reject_constant(name: str) -> Any:
+def _reject_constant(name: str) -> NoReturn:
     raise ApiError("malformed_request", f"{name} is not valid JSON; send a finite number.")
 
 
@@ -29,8 +30,8 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
+def _no_duplicates(pairs: list[tuple[str, JSONValue]]) -> JSONObject:
+    result: JSONObject = {}
     for key, value in pairs:
         if key in result:
             raise ApiError("malformed_request", f"The key {key[:80]!r} appears twice in one object.")
@@ -45,9 +46,9 @@ def _check_string(text: str) -> None:
         raise ApiError("malformed_request", "Strings must be valid Unicode (no lone surrogates).") from None
 
 
-def check_structure(value: Any, max_depth: int) -> None:
+def check_structure(value: JSONValue, max_depth: int) -> None:
     """Refuse nesting deeper than `max_depth` and strings JSON storage can't hold."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
+    stack: list[tuple[JSONValue, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, dict):
@@ -64,7 +65,7 @@ def check_structure(value: Any, max_depth: int) -> None:
             _check_string(item)
 
 
-def loads_strict(raw: bytes | str) -> Any:
+def loads_strict(raw: bytes | str) -> JSONValue:
     """Parse an untrusted JSON document, or raise ApiError('malformed_request')."""
     try:
         value = json.loads(
@@ -83,10 +84,10 @@ def loads_strict(raw: bytes | str) -> Any:
     return value
 
 
-def nul_fields(value: Any, path: str = "") -> list[str]:
+def nul_fields(value: JSONValue, path: str = "") -> list[str]:
     """Return the paths of the strings (values or keys) in `value` that contain NUL."""
     found: list[str] = []
-    stack: list[tuple[Any, str]] = [(value, path)]
+    stack: list[tuple[JSONValue, str]] = [(value, path)]
     while stack:
         item, where = stack.pop()
         if isinstance(item, dict):

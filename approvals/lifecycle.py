@@ -17,11 +17,11 @@ life, `store_preview` keeps the dry run a reviewer reads.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -36,13 +36,16 @@ from approvals.states import AGENT_DEACTIVATED, SETTLED_STATUSES, SYSTEM, WITHDR
 from audit.canonical import canonical_hash
 from audit.chain import record
 from audit.models import ActorKind
+from audit.typealiases import JSONObject
 from toolcatalog.executors import Verification
 from toolcatalog.models import Tool
 from toolcatalog.policy import Verdict
 
 WORKER = (ActorKind.SYSTEM, "worker")
 SWEEPER = (ActorKind.SYSTEM, "sweeper")
-Events = list[tuple[str, dict[str, Any]]]
+Events = list[tuple[str, JSONObject]]
+# Conditions a compare-and-set adds on the row (`QuerySet.filter` keywords: values, querysets, datetimes).
+Where = Mapping[str, object]
 
 
 # ------------------------------------------------------------------ the one compare-and-set
@@ -55,8 +58,8 @@ def change(
     events: Events,
     *,
     actor: tuple[str, str],
-    where: dict[str, Any] | None = None,
-    **fields: Any,
+    where: Where | None = None,
+    **fields: object,
 ) -> bool:
     """Move `call` to `to` if, and only if, its row is still in `expected` (and matches `where`); return whether.
 
@@ -77,7 +80,7 @@ def change(
     return True
 
 
-def audit(call: ToolCall, action: str, *, actor: tuple[str, str], data: dict[str, Any] | None = None) -> None:
+def audit(call: ToolCall, action: str, *, actor: tuple[str, str], data: JSONObject | None = None) -> None:
     """Write an audit event about `call` (inside the caller's transaction); tell waiters on commit if it settled."""
     record(action, actor=actor, call_id=call.pk, agent_name=call.agent.name, tool_name=call.tool.name, data=data)
     # Nobody waits on a call before it exists, and approved or executing end no wait.
@@ -92,9 +95,9 @@ def _move(
     *,
     actor: tuple[str, str],
     action: str,
-    data: dict[str, Any] | None = None,
-    where: dict[str, Any] | None = None,
-    **fields: Any,
+    data: JSONObject | None = None,
+    where: Where | None = None,
+    **fields: object,
 ) -> bool:
     """`change` by a person or the system, told as one event {from, to, …data}."""
     allowed = (expected,) if isinstance(expected, str) else expected
@@ -106,11 +109,11 @@ def _step(
     call: ToolCall,
     expected: str,
     to: str,
-    events: list[tuple[str, str, dict[str, Any]]],
+    events: Sequence[tuple[str, str, JSONObject]],
     *,
     actor: tuple[str, str] = WORKER,
-    where: dict[str, Any] | None = None,
-    **fields: Any,
+    where: Where | None = None,
+    **fields: object,
 ) -> bool:
     """`change` of one attempt, told as events (action, the status each tells of, data).
 
@@ -161,7 +164,7 @@ def record_replay(call: ToolCall) -> None:
         audit(call, "call.replayed", actor=(ActorKind.AGENT, call.agent.name), data=data)
 
 
-def proposed_data(call: ToolCall) -> dict[str, Any]:
+def proposed_data(call: ToolCall) -> JSONObject:
     names = ("status", "risk_tier", "risk_reasons", "tool_version", "arguments", "arguments_hash")
     more = ("idempotency_key", "conversation_id", "step", "call_index", "justification")
     return {name: getattr(call, name) for name in (*names, *more)}
@@ -170,7 +173,7 @@ def proposed_data(call: ToolCall) -> dict[str, Any]:
 # ------------------------------------------------------------------ reviewers and the clock
 
 
-def store_preview(call: ToolCall, preview: dict[str, Any]) -> None:
+def store_preview(call: ToolCall, preview: JSONObject) -> None:
     """Keep the dry-run preview a reviewer reads (no status change, so no event).
 
     Only for the arguments it was computed from: a reviewer's edit brings its own preview.
@@ -188,7 +191,7 @@ def locked(call: ToolCall) -> ToolCall:
 
 
 def _decision(
-    call: ToolCall, reviewer: AbstractBaseUser, kind: str, reason: str = "", *, arguments_hash: str | None = None
+    call: ToolCall, reviewer: User, kind: str, reason: str = "", *, arguments_hash: str | None = None
 ) -> Decision:
     """Record a reviewer's act, bound to the call's arguments (an edit: to the arguments it proposed)."""
     return Decision.objects.create(
@@ -202,7 +205,7 @@ def _decision(
     )
 
 
-def approve(call: ToolCall, reviewer: AbstractBaseUser, *, seen: Seen | None = None) -> bool:
+def approve(call: ToolCall, reviewer: User, *, seen: Seen | None = None) -> bool:
     """Record `reviewer`'s approval; return True if the call is now approved to run.
 
     `seen`: what the reviewer's page showed; the approval is refused unless the call
@@ -238,7 +241,7 @@ def approve(call: ToolCall, reviewer: AbstractBaseUser, *, seen: Seen | None = N
     return won
 
 
-def reject(call: ToolCall, reviewer: AbstractBaseUser, reason: str) -> bool:
+def reject(call: ToolCall, reviewer: User, reason: str) -> bool:
     """Reject the call with a reason the agent will receive; return whether this caller decided it."""
     reason = reason.strip()
     if not reason:
@@ -263,7 +266,7 @@ def reject(call: ToolCall, reviewer: AbstractBaseUser, reason: str) -> bool:
     return won
 
 
-def edit_arguments(call: ToolCall, reviewer: AbstractBaseUser, arguments: dict[str, Any], verdict: Verdict) -> None:
+def edit_arguments(call: ToolCall, reviewer: User, arguments: JSONObject, verdict: Verdict) -> None:
     """Replace the arguments with a reviewer's edit, already re-validated and re-classified as `verdict`.
 
     Earlier approvals were of other arguments, so they no longer count; the call
@@ -350,7 +353,7 @@ def withdraw(call: ToolCall) -> bool:
 # ------------------------------------------------------------------ a policy change
 
 
-def judged(call: ToolCall) -> dict[str, Any]:
+def judged(call: ToolCall) -> JSONObject:
     """Return what the policy decided about a pending call."""
     names = ("tool_version", "risk_tier", "risk_reasons", "approvals_required")
     return {name: getattr(call, name) for name in names}
@@ -362,7 +365,7 @@ def rejudge(call: ToolCall, verdict: Verdict, version: int) -> bool:
     Inside the caller's transaction, which holds the call's row (`approvals.receivers.reevaluate_call`).
     """
     before = judged(call)
-    after = {
+    after: JSONObject = {
         "tool_version": version,
         "risk_tier": verdict.risk_tier,
         "risk_reasons": verdict.risk_reasons,
@@ -383,7 +386,7 @@ def rejudge(call: ToolCall, verdict: Verdict, version: int) -> bool:
     )
 
 
-def refuse_on_policy_change(call: ToolCall, verdict: Verdict, version: int, error: dict[str, Any]) -> bool:
+def refuse_on_policy_change(call: ToolCall, verdict: Verdict, version: int, error: JSONObject) -> bool:
     """The current policy refuses a pending call: pending_approval → refused; return whether this caller did.
 
     Inside the caller's transaction, which holds the call's row, as for `rejudge`.
@@ -433,11 +436,13 @@ def claim_as_sent(call_id: str, sent: Sent, lease: timedelta) -> ToolCall | None
     return ToolCall.objects.select_related("tool", "agent").get(pk=as_sent.pk)
 
 
-def _claim(call: ToolCall, lease: timedelta, where: dict[str, Any] | None) -> bool:
+def _claim(call: ToolCall, lease: timedelta, where: Where | None) -> bool:
     expires = timezone.now() + lease
     events = [("call.execution_started", Status.EXECUTING, {"lease_expires_at": expires.isoformat()})]
-    fields = {"attempts": call.attempts + 1, "lease_expires_at": expires}
-    return _step(call, Status.APPROVED, Status.EXECUTING, events, where=where, **fields)
+    attempts = call.attempts + 1
+    return _step(
+        call, Status.APPROVED, Status.EXECUTING, events, where=where, attempts=attempts, lease_expires_at=expires
+    )
 
 
 def return_for_approval(call: ToolCall, verdict: Verdict, tool_version: int) -> bool:
@@ -453,6 +458,8 @@ def return_for_approval(call: ToolCall, verdict: Verdict, tool_version: int) -> 
         "risk_tier_after": verdict.risk_tier,
         "risk_reasons": verdict.risk_reasons,
     }
+    window = verdict.approval_window
+    assert window is not None, "a verdict that is not a refusal carries its tier's approval window"
     return _step(
         call,
         Status.EXECUTING,
@@ -463,7 +470,7 @@ def return_for_approval(call: ToolCall, verdict: Verdict, tool_version: int) -> 
         risk_reasons=verdict.risk_reasons,
         approvals_required=max(verdict.approvals_required, 1),
         decided_at=None,
-        expires_at=timezone.now() + verdict.approval_window,
+        expires_at=timezone.now() + window,
         approved_arguments_hash="",
         approved_tool_version=None,
         lease_expires_at=None,
@@ -471,14 +478,14 @@ def return_for_approval(call: ToolCall, verdict: Verdict, tool_version: int) -> 
     )
 
 
-def refuse_on_recheck(call: ToolCall, error: dict[str, Any]) -> bool:
+def refuse_on_recheck(call: ToolCall, error: JSONObject) -> bool:
     """The current policy refuses what was approved under an older one: executing → refused."""
     events = [("call.refused_on_recheck", Status.REFUSED, {"error": error})]
-    fields = {"error": error, "finished_at": timezone.now(), "lease_expires_at": None}
-    return _step(call, Status.EXECUTING, Status.REFUSED, events, **fields)
+    now = timezone.now()
+    return _step(call, Status.EXECUTING, Status.REFUSED, events, error=error, finished_at=now, lease_expires_at=None)
 
 
-def record_result(call: ToolCall, result: dict[str, Any]) -> bool:
+def record_result(call: ToolCall, result: JSONObject) -> bool:
     """Store what the downstream answered (still executing: verification comes next); return whether stored."""
     events = [("call.executed", Status.EXECUTING, {"result": result})]
     return _step(call, Status.EXECUTING, Status.EXECUTING, events, result=result)
@@ -486,45 +493,46 @@ def record_result(call: ToolCall, result: dict[str, Any]) -> bool:
 
 def finish(call: ToolCall, verification: Verification) -> bool:
     """End the attempt by what reading the downstream back showed: succeeded or needs_reconciliation."""
-    to, action, data, fields = _ending(verification)
-    return _step(call, Status.EXECUTING, to, [(action, to, data)], **fields)
+    to, action, data, error = _ending(verification)
+    now = timezone.now()
+    return _step(call, Status.EXECUTING, to, [(action, to, data)], error=error, finished_at=now, lease_expires_at=None)
 
 
-def record_read(call: ToolCall, result: dict[str, Any], verification: Verification) -> bool:
+def record_read(call: ToolCall, result: JSONObject, verification: Verification) -> bool:
     """Store a read's answer and end the attempt by it, in one step: `call.executed`, then its ending.
 
     A read is confirmed by its own answer (no second round trip to the downstream),
     so its result and its ending commit together.
     """
-    to, action, data, fields = _ending(verification)
+    to, action, data, error = _ending(verification)
     events = [("call.executed", Status.EXECUTING, {"result": result}), (action, to, data)]
-    return _step(call, Status.EXECUTING, to, events, result=result, **fields)
+    now = timezone.now()
+    return _step(call, Status.EXECUTING, to, events, result=result, error=error, finished_at=now, lease_expires_at=None)
 
 
-def _ending(verification: Verification) -> tuple[str, str, dict[str, Any], dict[str, Any]]:
-    """Return (status, action, event data, fields) of ending an attempt by `verification`."""
-    observed = {"observed": verification.observed, "detail": verification.detail}
-    fields: dict[str, Any] = {"error": None, "finished_at": timezone.now(), "lease_expires_at": None}
+def _ending(verification: Verification) -> tuple[str, str, JSONObject, JSONObject | None]:
+    """Return (status, action, event data, the call's error) of ending an attempt by `verification`."""
+    observed: JSONObject = {"observed": verification.observed, "detail": verification.detail}
     if verification.confirmed:
-        return Status.SUCCEEDED, "call.succeeded", observed, fields
+        return Status.SUCCEEDED, "call.succeeded", observed, None
     message = "The effect could not be confirmed downstream; a person must reconcile this call."
-    fields["error"] = {"error": "needs_reconciliation", "message": message, **observed}
-    return Status.NEEDS_RECONCILIATION, "call.needs_reconciliation", observed, fields
+    error = {"error": "needs_reconciliation", "message": message, **observed}
+    return Status.NEEDS_RECONCILIATION, "call.needs_reconciliation", observed, error
 
 
-def fail_attempt(call: ToolCall, error: dict[str, Any], retry_at: datetime | None) -> bool:
+def fail_attempt(call: ToolCall, error: JSONObject, retry_at: datetime | None) -> bool:
     """End a failed attempt: back to approved until `retry_at`, or failed when None; return whether done."""
     if retry_at is not None:
         events = [("call.retry_scheduled", Status.APPROVED, {"error": error, "retry_at": retry_at.isoformat()})]
         return _step(call, Status.EXECUTING, Status.APPROVED, events, error=error, lease_expires_at=retry_at)
     events = [("call.failed", Status.FAILED, {"error": error})]
-    fields = {"error": error, "finished_at": timezone.now(), "lease_expires_at": None}
-    return _step(call, Status.EXECUTING, Status.FAILED, events, **fields)
+    now = timezone.now()
+    return _step(call, Status.EXECUTING, Status.FAILED, events, error=error, finished_at=now, lease_expires_at=None)
 
 
 def requeue(call: ToolCall, not_before: datetime) -> bool:
     """Mark an approved call nobody claimed as re-sent (the caller enqueues it); return whether this sweeper won."""
-    events = [("call.requeued", Status.APPROVED, {})]
+    events: list[tuple[str, str, JSONObject]] = [("call.requeued", Status.APPROVED, {})]
     where = {"lease_expires_at": call.lease_expires_at}
     return _step(
         call, Status.APPROVED, Status.APPROVED, events, actor=SWEEPER, where=where, lease_expires_at=not_before
@@ -549,5 +557,14 @@ def release_expired_lease(call: ToolCall, *, now: datetime, can_repeat: bool) ->
         "dedupe by idempotency key, or its attempts are spent); a person must check the downstream.",
     }
     events = [("call.lease_expired", Status.NEEDS_RECONCILIATION, {**data, "next": "needs_reconciliation"})]
-    fields = {"error": error, "finished_at": now, "lease_expires_at": None}
-    return _step(call, Status.EXECUTING, Status.NEEDS_RECONCILIATION, events, actor=SWEEPER, where=where, **fields)
+    return _step(
+        call,
+        Status.EXECUTING,
+        Status.NEEDS_RECONCILIATION,
+        events,
+        actor=SWEEPER,
+        where=where,
+        error=error,
+        finished_at=now,
+        lease_expires_at=None,
+    )

@@ -12,7 +12,7 @@ import logging
 import os
 from dataclasses import dataclass
 
-from celery import Celery, current_app
+from celery import Celery, Task, current_app
 from django.db import transaction
 from kombu import pools
 from kombu.pools import ProducerPool
@@ -22,6 +22,9 @@ from approvals.models import ToolCall
 log = logging.getLogger(__name__)
 
 EXECUTE_CALL = "approvals.tasks.execute_call"
+# The app that sends the message; its tasks' signatures do not matter here (celery-types' default spells them
+# Any, which the type check refuses).
+CeleryApp = Celery[Task[[], object]]
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,8 @@ def enqueue(call: ToolCall, countdown: float | None = None) -> bool:
     """
     sent = Sent.of(call)
     kwargs = {"call_id": str(call.pk), "attempts": sent.attempts, "agent": sent.agent, "tool": sent.tool}
-    app = current_app._get_current_object()
+    # The app itself, not the proxy (its id keys the producer pools); celery-types types current_app as the app.
+    app: CeleryApp = current_app._get_current_object()  # type: ignore[attr-defined]
     try:
         with _fail_fast_producers(app).acquire(block=True, timeout=2) as producer:
             app.send_task(EXECUTE_CALL, kwargs=kwargs, countdown=countdown, retry=False, producer=producer)
@@ -60,7 +64,7 @@ def enqueue_on_commit(call: ToolCall) -> None:
     transaction.on_commit(lambda: enqueue(call))
 
 
-def _fail_fast_producers(app: Celery) -> ProducerPool:
+def _fail_fast_producers(app: CeleryApp) -> ProducerPool:
     """Return this process's producers whose connection gives up at once when the broker is down.
 
     Celery's own pool would retry the connection for seconds first, and the proposal

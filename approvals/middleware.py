@@ -61,7 +61,7 @@ class ApiBodyLimit:
 
 def _more_to_come(message: Message) -> bool:
     """Return whether `message` says more of the body follows."""
-    return message["type"] == "http.request" and message.get("more_body", False)
+    return message["type"] == "http.request" and bool(message.get("more_body", False))
 
 
 def declared_length(scope: Scope) -> int:

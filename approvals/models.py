@@ -51,6 +51,9 @@ class ToolCall(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
+    # Not a column: set by the console's activity page on the calls it lists (who approved or rejected each).
+    deciders: list[str]
+
     class Meta:
         ordering = ["-created_at"]
         permissions = [("review_toolcall", "Can work the review queue and decide calls")]

@@ -10,7 +10,7 @@ import hashlib
 import re
 import uuid
 from dataclasses import dataclass
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, NoReturn
 
 from django.db import IntegrityError
 from django.utils import timezone
@@ -25,10 +25,12 @@ from agents.models import Agent, BudgetScope, Grant
 from approvals import execution, lifecycle
 from approvals.errors import ApiError
 from approvals.jsonbody import nul_fields
-from approvals.models import Status, ToolCall
+from approvals.models import ToolCall
+from approvals.states import Status
 from audit.canonical import canonical_hash, inexact_numbers, normalized
 from audit.chain import record_alone
 from audit.models import ActorKind
+from audit.typealiases import JSONObject, JSONValue
 from toolcatalog.policies import policy_for
 from toolcatalog.policy import Outcome, Verdict, evaluate
 
@@ -38,7 +40,7 @@ HEX32 = re.compile(r"^[a-f0-9]{32}$")
 # ------------------------------------------------------------------ the envelope (REST and MCP)
 
 
-def _json_integer(value: Any) -> Any:
+def _json_integer(value: JSONValue) -> JSONValue:
     """Accept what JSON Schema calls an integer (3 and 3.0), nothing else (not "3", not true)."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
@@ -57,7 +59,7 @@ class ProposalIn(Schema):
     tool: str = Field(
         min_length=1, max_length=100, pattern=NO_NUL, description="The tool's name, as GET /tools lists it."
     )
-    arguments: dict[str, Any] = Field(description="The tool's arguments; must match its inputSchema.")
+    arguments: JSONObject = Field(description="The tool's arguments; must match its inputSchema.")
     idempotency_key: str | None = Field(None, min_length=1, max_length=255, pattern=NO_NUL)
     conversation_id: str | None = Field(None, min_length=1, max_length=200, pattern=NO_NUL)
     step: StepNumber | None = None
@@ -97,7 +99,7 @@ def get_agent_call(agent: Agent, call_id: str) -> ToolCall:
 @dataclass
 class Proposal:
     tool: str
-    arguments: dict[str, Any]
+    arguments: JSONObject
     idempotency_key: str | None = None
     conversation_id: str | None = None
     step: int | None = None
@@ -112,7 +114,7 @@ class Proposed:
 
     call: ToolCall | None = None
     replayed: bool = False
-    preview: dict[str, Any] | None = None
+    preview: JSONObject | None = None
     verdict: Verdict | None = None
 
 
@@ -140,7 +142,7 @@ def argument_key(key: str) -> str:
     return key if HEX32.match(key) else sha256_hex(key)[:32]
 
 
-def fill_tool_key(grant: Grant, arguments: dict[str, Any], key: str | None) -> dict[str, Any]:
+def fill_tool_key(grant: Grant, arguments: JSONObject, key: str | None) -> JSONObject:
     """Fill the tool's own `idempotency_key` argument from the call's key, or check they agree."""
     if key is None or not grant.tool.takes_idempotency_key() or not isinstance(arguments, dict):
         return arguments
@@ -184,7 +186,7 @@ def resolve_grant(agent: Agent, tool_name: str, read: ReadGrant | None = None) -
 
 def gate_error(agent: Agent, grant: Grant, proposal: Proposal) -> ApiError | None:
     """Return the refusal of an open circuit breaker, if any (budgets are spent as the call is stored)."""
-    if grant.breaker_open:  # type: ignore[attr-defined]
+    if grant.breaker_open:
         return ApiError(
             "circuit_open",
             f"Too many consecutive failed calls of '{grant.tool.name}': a reviewer must reset this "
@@ -226,7 +228,7 @@ def _refuse_gate(agent: Agent, grant: Grant, error: ApiError) -> NoReturn:
     raise error
 
 
-def refuse_unstorable(arguments: dict[str, Any]) -> None:
+def refuse_unstorable(arguments: JSONObject) -> None:
     """Refuse arguments holding NUL characters: valid JSON, but no database stores them."""
     paths = nul_fields(arguments)
     if paths:
@@ -237,7 +239,7 @@ def refuse_unstorable(arguments: dict[str, Any]) -> None:
         )
 
 
-def intake_arguments(arguments: Any) -> Any:
+def intake_arguments(arguments: JSONValue) -> JSONValue:
     """Return the arguments in their canonical form (100.0 → 100), the one hashed, stored and run.
 
     Refuses an integer no double holds exactly (beyond ±2**53 − 1, e.g. 9007199254740993):
@@ -290,7 +292,7 @@ def _accept(
     agent: Agent,
     grant: Grant,
     proposal: Proposal,
-    arguments: dict[str, Any],
+    arguments: JSONObject,
     verdict: Verdict,
     key: str | None,
     request_hash: str,
@@ -320,7 +322,7 @@ def _accept(
         return _replay_existing(agent, key, request_hash) or _refuse_gate(agent, grant, budget_error(spent_out))
     if existing is not None:
         return _replay(existing, request_hash)
-    if grant.breaker_failures:  # type: ignore[attr-defined]
+    if grant.breaker_failures:
         record_success(agent_id=agent.pk, tool_id=grant.tool_id)
     return Proposed(call=call, verdict=verdict)
 
@@ -365,7 +367,7 @@ def _replay(existing: ToolCall, request_hash: str) -> Proposed:
     return Proposed(call=existing, replayed=True)
 
 
-def _refuse(agent: Agent, grant: Grant, proposal: Proposal, arguments: Any, verdict: Verdict) -> NoReturn:
+def _refuse(agent: Agent, grant: Grant, proposal: Proposal, arguments: JSONValue, verdict: Verdict) -> NoReturn:
     """Store and audit a refused proposal (without its key), count it for the breaker, raise its error."""
     error = ApiError.from_verdict(verdict)
     call = ToolCall(
@@ -390,7 +392,7 @@ def _refuse(agent: Agent, grant: Grant, proposal: Proposal, arguments: Any, verd
     raise error
 
 
-def _dry_run(agent: Agent, grant: Grant, arguments: dict[str, Any], verdict: Verdict, conversation_id: str) -> Proposed:
+def _dry_run(agent: Agent, grant: Grant, arguments: JSONObject, verdict: Verdict, conversation_id: str) -> Proposed:
     """Predict the call's effect without storing, executing or spending anything."""
     if verdict.refused:
         raise ApiError.from_verdict(verdict)

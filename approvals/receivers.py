@@ -11,7 +11,7 @@ call the new policy refuses is refused — each change audited with before/after
 from __future__ import annotations
 
 import logging
-from typing import Any
+import uuid
 
 from django.db import transaction
 from django.db.models import F, QuerySet
@@ -19,14 +19,17 @@ from django.db.models import F, QuerySet
 from agents.models import Agent, Grant
 from approvals import lifecycle
 from approvals.errors import ApiError
-from approvals.models import Status, ToolCall
+from approvals.models import ToolCall
+from approvals.states import Status
 from toolcatalog.policies import policy_for, tier_specs
 from toolcatalog.policy import TierSpec, evaluate
 
 log = logging.getLogger(__name__)
 
 
-def on_policy_changed(sender: type, *, tool_id: int | None = None, agent_id: int | None = None, **kwargs: Any) -> None:
+def on_policy_changed(
+    sender: type, *, tool_id: int | None = None, agent_id: int | None = None, **kwargs: object
+) -> None:
     """Receive `policy_changed`: judge again the pending calls it concerns."""
     changed = reevaluate_pending(tool_id=tool_id, agent_id=agent_id)
     if changed:
@@ -54,7 +57,7 @@ def reevaluate_pending(*, tool_id: int | None = None, agent_id: int | None = Non
     return sum(reevaluate_call(pk, tiers) for pk in ids)
 
 
-def reevaluate_call(pk: Any, tiers: dict[int, TierSpec]) -> bool:
+def reevaluate_call(pk: uuid.UUID, tiers: dict[int, TierSpec]) -> bool:
     """Judge one pending call again, under a row lock; return whether anything about it changed."""
     with transaction.atomic():
         call = ToolCall.objects.select_for_update(of=("self",)).select_related("tool__base_tier", "agent").get(pk=pk)
@@ -71,7 +74,7 @@ def reevaluate_call(pk: Any, tiers: dict[int, TierSpec]) -> bool:
 
 
 def on_agent_saved(
-    sender: type, *, instance: Agent, update_fields: frozenset[str] | None = None, **kwargs: Any
+    sender: type, *, instance: Agent, update_fields: frozenset[str] | None = None, **kwargs: object
 ) -> None:
     """Receive `post_save` of an agent: a deactivated agent's waiting calls are withdrawn.
 

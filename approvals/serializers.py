@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from audit.typealiases import JSONObject
+from toolcatalog.models import Tool
 
 if TYPE_CHECKING:
     from approvals.models import ToolCall
@@ -13,7 +16,7 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value else None
 
 
-def call_body(call: ToolCall) -> dict[str, Any]:
+def call_body(call: ToolCall) -> JSONObject:
     """Return the API representation of a call."""
     return {
         "id": str(call.pk),
@@ -37,9 +40,9 @@ def call_body(call: ToolCall) -> dict[str, Any]:
     }
 
 
-def tool_body(tool: Any) -> dict[str, Any]:
+def tool_body(tool: Tool) -> JSONObject:
     """Return a tool in the MCP `tools/list` shape."""
-    body: dict[str, Any] = {
+    body: JSONObject = {
         "name": tool.name,
         "title": tool.title or tool.name,
         "description": tool.description,

@@ -15,7 +15,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import redis
 from django.conf import settings
@@ -26,6 +25,7 @@ from approvals.models import ToolCall
 from approvals.notices import channel, client
 from approvals.serializers import call_body
 from approvals.states import SETTLED_STATUSES, TERMINAL_STATUSES
+from audit.typealiases import JSONObject
 
 log = logging.getLogger(__name__)
 
@@ -63,13 +63,15 @@ def _take_subscriber(url: str) -> PubSub:
         idle = _idle.get(url)
         if idle:
             return idle.pop()
-    return client(url).pubsub()
+    # redis-py leaves pubsub() and unsubscribe() unannotated.
+    pubsub: PubSub = client(url).pubsub()  # type: ignore[no-untyped-call]
+    return pubsub
 
 
 def _give_back(url: str, pubsub: PubSub, name: str) -> None:
     """Unsubscribe and keep the subscriber for the next wait (its confirmation is read then)."""
     try:
-        pubsub.unsubscribe(name)
+        pubsub.unsubscribe(name)  # type: ignore[no-untyped-call]
     except redis.RedisError:
         pubsub.close()
         return
@@ -125,7 +127,7 @@ def _changes(call_id: uuid.UUID) -> Iterator[NextChange]:
         _give_back(url, pubsub, name)
 
 
-def wait_for(call: ToolCall, seconds: float, *, until_changed_from: str | None = None) -> dict[str, Any]:
+def wait_for(call: ToolCall, seconds: float, *, until_changed_from: str | None = None) -> JSONObject:
     """Return the call's body once it settles (or leaves `until_changed_from`), or after at most `seconds`."""
     deadline = time.monotonic() + min(seconds, settings.GATEHOUSE_MAX_WAIT_SECONDS)
 

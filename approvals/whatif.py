@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import NamedTuple
 from uuid import UUID
 
 from agents.models import Agent, Grant
 from approvals.models import ToolCall
+from audit.typealiases import JSONValue
 from toolcatalog.policy import Outcome, TierGrant, ToolPolicy, Verdict, evaluate
 
 REFUSED, NEEDS_APPROVAL, RUNS = "refused", "needs approval", "runs without approval"
@@ -29,7 +30,7 @@ class CallRow(NamedTuple):
     call_id: UUID
     created_at: datetime
     agent_name: str
-    arguments: Any
+    arguments: JSONValue
     arguments_hash: str
     status: str
     risk_tier: int | None
@@ -80,8 +81,8 @@ class WhatIfReport:
     """Counts per tier and outcome before → after, and the calls that would change."""
 
     total: int = 0
-    tiers_before: Counter[Hashable] = field(default_factory=Counter)
-    tiers_after: Counter[Hashable] = field(default_factory=Counter)
+    tiers_before: Counter[int | str] = field(default_factory=Counter)
+    tiers_after: Counter[int | str] = field(default_factory=Counter)
     outcomes_before: Counter[str] = field(default_factory=Counter)
     outcomes_after: Counter[str] = field(default_factory=Counter)
     changed_count: int = 0

@@ -18,7 +18,6 @@ import hashlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -28,8 +27,10 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from mcp.server import ServerRequestContext
 from mcp.server.subscriptions import ListenHandler, ServerEvent, ToolsListChanged
+from starlette.requests import Request
 
 from agents.models import Grant
+from audit.typealiases import JSONObject
 from toolcatalog.models import Tool
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,11 @@ class CatalogBus:
         """Register `listener`; return its unsubscribe callable."""
         token = object()
         self._listeners[token] = listener
-        return lambda: self._listeners.pop(token, None)
+
+        def unsubscribe() -> None:
+            self._listeners.pop(token, None)
+
+        return unsubscribe
 
 
 def catalog_fingerprint() -> str:
@@ -116,14 +121,14 @@ class CatalogChanges:
         self._listen = ListenHandler(self.bus)
 
     async def listen(
-        self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
+        self, ctx: ServerRequestContext[JSONObject, Request], params: types.SubscriptionsListenRequestParams
     ) -> types.SubscriptionsListenResult:
         """Serve subscriptions/listen (2026-07-28): the SDK's handler, after taking a catalog baseline."""
         await self.watcher.baseline()
         return await self._listen(ctx, params)
 
     @asynccontextmanager
-    async def lifespan(self, server: Any) -> AsyncIterator[dict[str, Any]]:
+    async def lifespan(self, server: object) -> AsyncIterator[JSONObject]:
         """Run the catalog watcher for as long as the MCP server runs."""
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(self.watcher.run)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import logging
 from contextlib import AsyncExitStack
-from typing import Any
 from urllib.parse import urlsplit
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
@@ -43,10 +42,11 @@ from approvals.errors import ApiError, error_body
 from approvals.jsonbody import loads_strict
 from approvals.mcp.server import AGENT_SCOPE_KEY, build_server
 from approvals.proposals import enforce_rate_limit
+from audit.typealiases import JSONObject
 
 log = logging.getLogger(__name__)
 
-JsonBody = dict[str, Any]
+JsonBody = JSONObject
 
 
 class McpEndpoint:
@@ -122,8 +122,8 @@ class McpEndpoint:
             await _send_json(send, 503, error_body("service_unavailable", message), {"retry-after": "5"})
             return
         if agent is None:
-            body = error_body("unauthorized", "Send a valid agent token as 'Authorization: Bearer <token>'.")
-            await _send_json(send, 401, body, {"www-authenticate": 'Bearer realm="gatehouse"'})
+            refusal = error_body("unauthorized", "Send a valid agent token as 'Authorization: Bearer <token>'.")
+            await _send_json(send, 401, refusal, {"www-authenticate": 'Bearer realm="gatehouse"'})
             return
         if not headers.get("content-type", "").lower().startswith("application/json"):
             # The SDK would refuse it too, in plain text; agents get the API's error shape.

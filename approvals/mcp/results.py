@@ -8,12 +8,12 @@ words what happened and what to do next, because that is what a model reads.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import mcp.types as types
 
 from approvals.errors import ApiError
-from approvals.models import Status
+from approvals.states import Status
+from audit.typealiases import JSONObject, JSONValue
 
 META_PREFIX = "gatehouse/"
 STATUS_TOOL = "get_call_status"
@@ -27,7 +27,7 @@ FAILED_STATUSES = frozenset(
 _NULLABLE_STRING = {"type": ["string", "null"]}
 
 
-def call_envelope_schema(result_schema: dict[str, Any] | None = None) -> dict[str, Any]:
+def call_envelope_schema(result_schema: JSONObject | None = None) -> JSONObject:
     """Return the JSON Schema of a call body whose `result` follows `result_schema` once it succeeded.
 
     Every tools/call answer carries the call body (a pending call has no tool output
@@ -63,7 +63,7 @@ def error_result(error: ApiError) -> types.CallToolResult:
     )
 
 
-def call_result(body: dict[str, Any], *, replayed: bool = False) -> types.CallToolResult:
+def call_result(body: JSONObject, *, replayed: bool = False) -> types.CallToolResult:
     """Return a call body as a tool result: a plain-words summary, then the body as JSON."""
     summary = explain(body)
     if replayed:
@@ -80,7 +80,7 @@ def call_result(body: dict[str, Any], *, replayed: bool = False) -> types.CallTo
     )
 
 
-def explain(body: dict[str, Any]) -> str:
+def explain(body: JSONObject) -> str:
     """Return one paragraph telling a model what state the call is in and what to do next."""
     tool, call_id, status = body["tool"], body["id"], body["status"]
     how_to_follow = (
@@ -118,5 +118,5 @@ def explain(body: dict[str, Any]) -> str:
     return f"{tool} call {call_id} ended with status {status}: {error.get('message', '')}"
 
 
-def _dumps(value: Any) -> str:
+def _dumps(value: JSONValue) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

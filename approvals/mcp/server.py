@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar
 
 import mcp.types as types
 from asgiref.sync import sync_to_async
@@ -26,6 +26,7 @@ from django.db import close_old_connections
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
+from starlette.requests import Request
 
 from agents.models import Agent
 from approvals.errors import ApiError
@@ -34,6 +35,7 @@ from approvals.mcp.results import META_PREFIX, STATUS_TOOL, call_envelope_schema
 from approvals.proposals import Proposal, ProposalIn, get_agent_call, propose
 from approvals.serializers import call_body, tool_body
 from approvals.watch import wait_for
+from audit.typealiases import JSONObject, JSONValue
 from toolcatalog.models import Tool
 from toolcatalog.schema import argument_errors, compile_validator
 
@@ -78,7 +80,7 @@ INSTRUCTIONS = (
     "'gatehouse/call_index', so a retry never runs twice."
 )
 
-STATUS_SCHEMA: dict[str, Any] = {
+STATUS_SCHEMA: JSONObject = {
     "type": "object",
     "properties": {
         "call_id": {"type": "string", "minLength": 1, "maxLength": 64, "description": "The id a tools/call returned."},
@@ -113,7 +115,7 @@ STATUS_TOOL_SPEC = types.Tool(
 )
 
 
-def request_agent(ctx: ServerRequestContext[Any, Any]) -> Agent:
+def request_agent(ctx: ServerRequestContext[JSONObject, Request]) -> Agent:
     """Return the agent the HTTP layer authenticated for this request (identity never comes from the model)."""
     agent = ctx.request.scope.get(AGENT_SCOPE_KEY) if ctx.request is not None else None
     if not isinstance(agent, Agent):
@@ -171,13 +173,13 @@ def proposal_from(params: types.CallToolRequestParams) -> tuple[Proposal, float]
     return Proposal(**payload.model_dump()), wait
 
 
-def _envelope_problem(item: Any) -> dict[str, str]:
+def _envelope_problem(item: JSONValue) -> dict[str, str]:
     name = ".".join(str(part) for part in item.get("loc", ())) or "params"
     field = f"_meta.{META_PREFIX}{name}" if name in ENVELOPE_FIELDS else name
     return {"field": field, "problem": item.get("msg", "is invalid")}
 
 
-def _wait_seconds(value: Any, field: str) -> float:
+def _wait_seconds(value: JSONValue, field: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 60:
         raise ApiError(
             "malformed_request",
@@ -187,7 +189,7 @@ def _wait_seconds(value: Any, field: str) -> float:
     return float(value)
 
 
-def propose_and_wait(agent: Agent, proposal: Proposal, wait: float) -> tuple[dict[str, Any], bool]:
+def propose_and_wait(agent: Agent, proposal: Proposal, wait: float) -> tuple[JSONObject, bool]:
     """Run the proposal through the pipeline, wait briefly for it to settle; return (call body, replayed)."""
     outcome = propose(agent, proposal)
     call = outcome.call
@@ -195,7 +197,7 @@ def propose_and_wait(agent: Agent, proposal: Proposal, wait: float) -> tuple[dic
     return (wait_for(call, wait) if wait else call_body(call)), outcome.replayed
 
 
-def call_status(agent: Agent, arguments: dict[str, Any]) -> dict[str, Any]:
+def call_status(agent: Agent, arguments: JSONObject) -> JSONObject:
     """Return one of this agent's calls (waiting for a change if asked); other agents' calls are not found."""
     problems = argument_errors(_status_validator, arguments)
     if problems:
@@ -205,7 +207,9 @@ def call_status(agent: Agent, arguments: dict[str, Any]) -> dict[str, Any]:
     return wait_for(call, wait, until_changed_from=call.status) if wait else call_body(call)
 
 
-async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+async def call_tool(
+    ctx: ServerRequestContext[JSONObject, Request], params: types.CallToolRequestParams
+) -> types.CallToolResult:
     """Serve tools/call: every outcome, refusals included, is a tool result the model can read."""
     agent = request_agent(ctx)
     try:
@@ -222,14 +226,14 @@ async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolR
 
 
 async def list_tools(
-    ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ctx: ServerRequestContext[JSONObject, Request], params: types.PaginatedRequestParams | None
 ) -> types.ListToolsResult:
     """Serve tools/list: only what this agent was granted (a tool it cannot see, it cannot misuse)."""
     agent = request_agent(ctx)
     return types.ListToolsResult(tools=await orm_work(visible_tools)(agent))
 
 
-def build_server() -> Server[Any]:
+def build_server() -> Server[JSONObject]:
     """Return the low-level MCP server (tools are per agent, so no static registry)."""
     changes = CatalogChanges()
     return Server(

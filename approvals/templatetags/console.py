@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
 
 from django import template
 from django.utils import timezone
@@ -12,12 +11,13 @@ from django.utils.safestring import SafeData, SafeString
 
 from approvals.views import present
 from approvals.views.queue import COUNT_CAP, capped_count, pending_calls
+from audit.typealiases import JSONValue
 
 register = template.Library()
 
 
 @register.filter
-def brl(cents: Any) -> str:
+def brl(cents: JSONValue) -> str:
     """Format cents as reais: {{ 800000|brl }} → R$ 8.000,00."""
     try:
         return present.format_brl(int(cents))
@@ -52,7 +52,7 @@ def between(end: datetime | None, start: datetime | None) -> str:
 
 
 @register.filter
-def event_summary(data: Any) -> list[tuple[str, str]]:
+def event_summary(data: JSONValue) -> list[tuple[str, str]]:
     """Return the few fields of an audit event's data worth showing in a list."""
     return present.event_summary(data) if isinstance(data, dict) else []
 
@@ -64,7 +64,7 @@ def pending_now() -> int:
 
 
 @register.inclusion_tag("approvals/_pending_badge.html")
-def pending_badge(count: int | None = None) -> dict[str, Any]:
+def pending_badge(count: int | None = None) -> dict[str, int]:
     """Render the nav's pending count (a count capped at COUNT_CAP + 1 rows), counting unless given it."""
     return {"pending_count": pending_now() if count is None else count}
 
@@ -76,7 +76,7 @@ def capped(count: int) -> str:
 
 
 @register.filter
-def reveal(value: Any) -> SafeString:
+def reveal(value: JSONValue) -> SafeString:
     """Return `value` as safe HTML in which every hidden character is a marked, labelled span.
 
     A right-to-left override or a zero-width space changes what a reviewer reads without
@@ -97,12 +97,12 @@ def reveal(value: Any) -> SafeString:
 
 
 @register.filter
-def foretells_refusal(would_fail: Any) -> bool:
+def foretells_refusal(would_fail: JSONValue) -> bool:
     """Return whether the dry run's `would_fail` value, read from the database, predicts a refusal."""
     return present.foretells_refusal(would_fail)
 
 
 @register.filter
-def reveal_plain(value: Any) -> str:
+def reveal_plain(value: JSONValue) -> str:
     """Return `value` with hidden characters spelled out as text, for attributes (autoescaped as usual)."""
     return present.reveal_plain("" if value is None else str(value))

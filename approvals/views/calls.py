@@ -8,21 +8,22 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import Exists, OuterRef, Q
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 from django_htmx.http import HttpResponseClientRefresh
 
-from approvals.decisions import DecisionRefused, check_may_decide
+from approvals.decisions import DecisionRefused, check_may_decide, tier_of
 from approvals.execution import attach_preview
-from approvals.models import Decision, DecisionKind, Status, ToolCall
+from approvals.models import Decision, ToolCall
+from approvals.states import DecisionKind, Status
 from approvals.views.access import _get_call_for_reviewer, reviewer_required
 from approvals.views.present import (
+    DiffRow,
     argument_rows,
     arguments_caption,
     diff_rows,
@@ -32,7 +33,9 @@ from approvals.views.present import (
     seconds_until,
     status_sentence,
 )
+from audit.http import ConsoleRequest
 from audit.models import Event
+from audit.typealiases import DjangoValue, JSONObject, JSONValue
 from toolcatalog.models import RiskTier, Tool
 
 TIMELINE_LIMIT = 200
@@ -69,7 +72,7 @@ def previous_proposal(call: ToolCall) -> ToolCall | None:
     )
 
 
-def refusal_for(call: ToolCall, user: AbstractBaseUser) -> DecisionRefused | None:
+def refusal_for(call: ToolCall, user: User) -> DecisionRefused | None:
     """Return why `user` could not approve this call now (None if they could), before they try.
 
     The page offers no Approve button with a refusal: it says why instead.
@@ -87,7 +90,7 @@ def refusal_for(call: ToolCall, user: AbstractBaseUser) -> DecisionRefused | Non
 NEXT_SCAN = 50
 
 
-def next_call_for(reviewer: AbstractBaseUser, *, after: ToolCall) -> ToolCall | None:
+def next_call_for(reviewer: User, *, after: ToolCall) -> ToolCall | None:
     """Return the oldest pending call other than `after` that `reviewer` may still approve, or None.
 
     The query leaves out what the reviewer already approved, edited into its current
@@ -120,19 +123,19 @@ def poll_interval(call: ToolCall) -> str:
     return POLL_PENDING if call.status == Status.PENDING_APPROVAL else ""
 
 
-def result_rows(result: Any) -> list[Any]:
+def result_rows(result: JSONValue) -> list[DiffRow]:
     """Return a result's fields for display: its own fields first, nested ones (order.…) after."""
     if not isinstance(result, dict):
         return []
     return sorted(diff_rows(None, result), key=lambda row: "." in row.name)
 
 
-def live_context(call: ToolCall, user: AbstractBaseUser) -> dict[str, Any]:
+def live_context(call: ToolCall, user: User) -> dict[str, DjangoValue]:
     """Return what the live part of the page shows: state, approvals, result, timeline."""
     now = timezone.now()
     return {
         "call": call,
-        "tier": RiskTier.objects.select_related("approver_group").filter(level=call.risk_tier).first(),
+        "tier": tier_of(call),
         "approvers": approvers(call),
         "approvals_needed": max(call.approvals_required, 1),
         "seconds_left": seconds_until(call.expires_at, now),
@@ -146,7 +149,7 @@ def live_context(call: ToolCall, user: AbstractBaseUser) -> dict[str, Any]:
     }
 
 
-def preview_rows(preview: dict[str, Any]) -> list[Any]:
+def preview_rows(preview: JSONObject) -> list[DiffRow]:
     """Return the dry run as before → after rows; a run that would fail shows only the state before."""
     before, after = preview.get("before"), preview.get("after")
     return diff_rows(before, before if after is None else after)
@@ -164,7 +167,9 @@ class RelatedCall:
 
 def related_rows(calls: list[ToolCall]) -> list[RelatedCall]:
     """Return calls with their headline argument and their deciders (one query for all decisions)."""
-    names: dict[Any, dict[str, list[str]]] = {c.pk: {DecisionKind.APPROVE: [], DecisionKind.REJECT: []} for c in calls}
+    names: dict[uuid.UUID, dict[str, list[str]]] = {
+        c.pk: {DecisionKind.APPROVE: [], DecisionKind.REJECT: []} for c in calls
+    }
     decisions = Decision.objects.filter(call__in=list(names), kind__in=[DecisionKind.APPROVE, DecisionKind.REJECT])
     for call_id, kind, reviewer in decisions.order_by("created_at").values_list("call_id", "kind", "reviewer_name"):
         if reviewer not in names[call_id][kind]:
@@ -180,7 +185,7 @@ def related_rows(calls: list[ToolCall]) -> list[RelatedCall]:
     ]
 
 
-def resource_of(call: ToolCall) -> tuple[str, Any] | None:
+def resource_of(call: ToolCall) -> tuple[str, JSONValue] | None:
     """Return (argument name, value) of the resource the call acts on, if its tool names one."""
     name = call.tool.resource_argument
     if not name or not isinstance(call.arguments, dict) or name not in call.arguments:
@@ -210,7 +215,7 @@ def conversation_calls(call: ToolCall) -> list[RelatedCall]:
     return related_rows(list(calls[:CONVERSATION_LIMIT]))
 
 
-def call_context(call: ToolCall, user: AbstractBaseUser) -> dict[str, Any]:
+def call_context(call: ToolCall, user: User) -> dict[str, DjangoValue]:
     """Return everything the call page shows."""
     preview = call.preview or {}
     previous = previous_proposal(call)
@@ -231,7 +236,7 @@ def call_context(call: ToolCall, user: AbstractBaseUser) -> dict[str, Any]:
 
 @require_GET
 @reviewer_required
-def call_detail(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+def call_detail(request: ConsoleRequest, pk: uuid.UUID) -> HttpResponse:
     """A call's page."""
     call = _get_call_for_reviewer(request, pk)
     return render(request, "approvals/call.html", call_context(call, request.user))
@@ -239,7 +244,7 @@ def call_detail(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
 
 @require_GET
 @reviewer_required
-def call_preview(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+def call_preview(request: ConsoleRequest, pk: uuid.UUID) -> HttpResponse:
     """The call's dry-run panel, asking the downstream for the preview if the call has none yet.
 
     A GET with an effect only on our own cache of a read: the dry run changes nothing
@@ -260,7 +265,7 @@ def call_preview(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
 
 @require_GET
 @reviewer_required
-def call_live(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+def call_live(request: ConsoleRequest, pk: uuid.UUID) -> HttpResponse:
     """The polled live part of a call's page.
 
     If someone edited the arguments, or the tool changed (a new version), since the page

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.models import AbstractBaseUser
-from django.http import HttpRequest, HttpResponse
+from django.contrib.auth.models import User
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -26,18 +25,21 @@ from approvals import lifecycle
 from approvals.decisions import AlreadyApproved, DecisionRefused, Seen
 from approvals.execution import attach_preview, preview_arguments
 from approvals.forms import ApprovalForm, ArgumentsForm
-from approvals.models import Status, ToolCall
+from approvals.models import ToolCall
+from approvals.states import Status
 from approvals.views.access import _get_call_for_reviewer, reviewer_required
 from approvals.views.calls import call_context, next_call_for, preview_rows
 from approvals.views.present import DiffRow, diff_rows
 from audit.canonical import canonical_hash, inexact_numbers, normalized
+from audit.http import ConsoleRequest
+from audit.typealiases import DjangoValue, JSONObject
 from toolcatalog.policies import policy_for
 from toolcatalog.policy import Verdict, evaluate
 
 CHANGED_EVENT = "calls-changed"
 
 
-def _answer(request: HttpRequest, call: ToolCall) -> HttpResponse:
+def _answer(request: ConsoleRequest, call: ToolCall) -> HttpResponse:
     """Show the call again: htmx gets the page's body, a browser is redirected to the page."""
     if request.htmx:
         response = render(request, "approvals/_call_detail.html", call_context(call, request.user))
@@ -51,7 +53,7 @@ def _enforce_expiry(call: ToolCall) -> None:
         lifecycle.expire(call)
 
 
-def approve_as_seen(call: ToolCall, reviewer: AbstractBaseUser, seen: Seen) -> str:
+def approve_as_seen(call: ToolCall, reviewer: User, seen: Seen) -> str:
     """Approve `call` if it is still exactly what the reviewer was shown; return what happened."""
     if lifecycle.approve(call, reviewer, seen=seen):
         return "Approved. The call runs now."
@@ -61,7 +63,7 @@ def approve_as_seen(call: ToolCall, reviewer: AbstractBaseUser, seen: Seen) -> s
 
 @require_POST
 @reviewer_required
-def approve(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+def approve(request: ConsoleRequest, pk: uuid.UUID) -> HttpResponse:
     """Approve the call (binding the arguments and the tool version the reviewer saw).
 
     With `next`, go on to the oldest call the reviewer may still approve once this one is done.
@@ -80,7 +82,7 @@ def approve(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     return _answer(request, call)
 
 
-def _open_next(request: HttpRequest, done: ToolCall) -> HttpResponse:
+def _open_next(request: ConsoleRequest, done: ToolCall) -> HttpResponse:
     """Send the reviewer to the oldest call they may still approve, or to the queue if there is none."""
     following = next_call_for(request.user, after=done)
     # ?next=1 keeps "then open the next" ticked, so a reviewer works through the queue call by call.
@@ -92,7 +94,7 @@ def _open_next(request: HttpRequest, done: ToolCall) -> HttpResponse:
 
 @require_POST
 @reviewer_required
-def reject(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+def reject(request: ConsoleRequest, pk: uuid.UUID) -> HttpResponse:
     """Reject the call with a reason the agent receives."""
     call = _get_call_for_reviewer(request, pk)
     try:
@@ -108,10 +110,10 @@ def reject(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
 class EditReview:
     """An edit judged exactly as the agent's own proposal would be, before anything is saved."""
 
-    arguments: dict[str, Any]
-    verdict: Verdict | None
+    arguments: JSONObject
+    verdict: Verdict
     diff: list[DiffRow]
-    preview: dict[str, Any] | None = None
+    preview: JSONObject | None = None
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -147,7 +149,7 @@ def review_edit(call: ToolCall, form: ArgumentsForm, base_hash: str) -> EditRevi
     return review
 
 
-def _save_edit(request: HttpRequest, call: ToolCall, review: EditReview) -> HttpResponse | None:
+def _save_edit(request: ConsoleRequest, call: ToolCall, review: EditReview) -> HttpResponse | None:
     """Save a confirmed edit and go back to the call; None (with a message) if refused."""
     before = call.risk_tier
     try:
@@ -166,14 +168,14 @@ def _save_edit(request: HttpRequest, call: ToolCall, review: EditReview) -> Http
 
 @require_http_methods(["GET", "POST"])
 @reviewer_required
-def edit(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+def edit(request: ConsoleRequest, pk: uuid.UUID) -> HttpResponse:
     """Edit a pending call's arguments: fill in, review the diff and new tier, then confirm."""
     call = _get_call_for_reviewer(request, pk)
     if call.status != Status.PENDING_APPROVAL:
         messages.error(request, f"This call is {call.get_status_display().lower()}; its arguments can't change.")
         return redirect("approvals:call", pk=call.pk)
     form = ArgumentsForm(call.tool.input_schema, call.arguments, request.POST or None)
-    context: dict[str, Any] = {"call": call, "form": form, "base_hash": call.arguments_hash}
+    context: dict[str, DjangoValue] = {"call": call, "form": form, "base_hash": call.arguments_hash}
     if request.method == "POST" and form.is_valid():
         context["base_hash"] = request.POST.get("base_hash", "")
         review = context["review"] = review_edit(call, form, context["base_hash"])

@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+
+from approvals.models import ToolCall
+from audit.typealiases import JSONObject, JSONValue
 
 # Arguments whose names end like this hold money; they are what a reviewer reads first.
 MONEY_CENTS_SUFFIX = "_centavos"
@@ -39,11 +42,11 @@ def format_brl(cents: int) -> str:
     return f"{sign}R$ {units:,}".replace(",", ".") + f",{rest:02d}"
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: JSONValue) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def format_value(name: str, value: Any) -> str:
+def format_value(name: str, value: JSONValue) -> str:
     """Return one argument or resource field as a person reads it."""
     if _is_number(value) and name.endswith(MONEY_CENTS_SUFFIX):
         return format_brl(int(value))
@@ -71,7 +74,7 @@ def _readable_datetime(text: str) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S") + suffix
 
 
-def headline(arguments: Mapping[str, Any], resource_argument: str = "") -> tuple[str, str] | None:
+def headline(arguments: JSONValue, resource_argument: str = "") -> tuple[str, str] | None:
     """Return the argument that matters most as (name, formatted value): money first, then the resource."""
     if not isinstance(arguments, Mapping):
         return None
@@ -83,7 +86,7 @@ def headline(arguments: Mapping[str, Any], resource_argument: str = "") -> tuple
     return None
 
 
-def raw_text(value: Any) -> str:
+def raw_text(value: JSONValue) -> str:
     """Return a value as the agent sent it (strings without JSON quotes)."""
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
@@ -97,7 +100,7 @@ class ArgumentRow:
     required: bool
 
 
-def argument_rows(arguments: Mapping[str, Any], schema: Mapping[str, Any]) -> list[ArgumentRow]:
+def argument_rows(arguments: Mapping[str, JSONValue], schema: Mapping[str, JSONValue]) -> list[ArgumentRow]:
     """Return the real arguments in schema order, each with the schema's description as a hint."""
     properties = schema.get("properties") or {}
     required = set(schema.get("required") or [])
@@ -126,18 +129,18 @@ class DiffRow:
         return self.change != "same"
 
 
-def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(value: JSONValue, prefix: str = "") -> JSONObject:
     """Return nested mappings as one level of dotted names (lists stay whole)."""
     if not isinstance(value, Mapping):
         return {prefix or "value": value} if value is not None else {}
-    flat: dict[str, Any] = {}
+    flat: JSONObject = {}
     for key, item in value.items():
         name = f"{prefix}.{key}" if prefix else str(key)
         flat.update(flatten(item, name) if isinstance(item, Mapping) and item else {name: item})
     return flat
 
 
-def diff_rows(before: Any, after: Any) -> list[DiffRow]:
+def diff_rows(before: JSONValue, after: JSONValue) -> list[DiffRow]:
     """Return a field-by-field before → after comparison of two JSON objects."""
     old, new = flatten(before), flatten(after)
     rows = []
@@ -179,7 +182,7 @@ def seconds_until(moment: datetime | None, now: datetime) -> int | None:
     return None if moment is None else int((moment - now).total_seconds())
 
 
-def event_summary(data: Mapping[str, Any], limit: int = 4) -> list[tuple[str, str]]:
+def event_summary(data: Mapping[str, JSONValue], limit: int = 4) -> list[tuple[str, str]]:
     """Return the few audit data fields worth a line in a timeline, formatted."""
     items = []
     for key, value in data.items():
@@ -192,13 +195,15 @@ def event_summary(data: Mapping[str, Any], limit: int = 4) -> list[tuple[str, st
     return items[:limit]
 
 
-def count_approvals(decisions: Iterable[tuple[Any, str, int, str]], calls: Iterable[Any]) -> dict[Any, int]:
+def count_approvals(
+    decisions: Iterable[tuple[uuid.UUID, str, int, str]], calls: Iterable[ToolCall]
+) -> dict[uuid.UUID, int]:
     """Return distinct approvers per call, counting only approvals of its current arguments and version.
 
     `decisions` are (call_id, arguments_hash, tool_version, reviewer_name) of approve decisions.
     """
     current = {call.pk: (call.arguments_hash, call.tool_version) for call in calls}
-    approvers: dict[Any, set[str]] = {pk: set() for pk in current}
+    approvers: dict[uuid.UUID, set[str]] = {pk: set() for pk in current}
     for call_id, args_hash, version, reviewer in decisions:
         if current.get(call_id) == (args_hash, version):
             approvers[call_id].add(reviewer)
@@ -243,7 +248,7 @@ def reveal_plain(text: str) -> str:
     return "".join(codepoint_label(chunk) if hidden else chunk for chunk, hidden in reveal_segments(text))
 
 
-def hidden_characters(value: Any, path: str = "") -> list[tuple[str, list[str]]]:
+def hidden_characters(value: JSONValue, path: str = "") -> list[tuple[str, list[str]]]:
     """Return (field path, ["U+202E", …]) for every key or string in a JSON value that holds hidden characters."""
     found: list[tuple[str, list[str]]] = []
     if isinstance(value, str):
@@ -284,7 +289,7 @@ STATUS_SENTENCES = {
 }
 
 
-def foretells_refusal(would_fail: Any) -> bool:
+def foretells_refusal(would_fail: JSONValue) -> bool:
     """Return whether a dry run's `would_fail` (as the database hands back JSON text) predicts a refusal."""
     return would_fail not in (None, "", "false", "0", 0, False)
 

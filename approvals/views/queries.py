@@ -8,16 +8,17 @@ from __future__ import annotations
 
 from functools import reduce
 from operator import or_
-from typing import Any
+from typing import TypeVar
 from urllib.parse import urlencode
 
 from django import forms
-from django.db.models import Q, QuerySet
+from django.db.models import Model, Q, QuerySet
 
 from agents.models import Agent
 from approvals.forms import QueueFilterForm
 from approvals.models import ToolCall
 from audit.search import call_id_lookups, json_contains
+from audit.typealiases import DjangoValue
 from toolcatalog.models import Tool
 
 # Past any real backlog (50 a page), and far below what a database offset overflows at.
@@ -25,12 +26,13 @@ MAX_PAGE = 100_000
 SEARCH_MAX_LENGTH = 200
 # The parameters that narrow the queue (the page only moves through it).
 FILTERS = ("tool", "agent", "tier", "q")
+Named = TypeVar("Named", bound=Model)
 
 
-class NamedChoiceField(forms.ModelChoiceField):
+class NamedChoiceField(forms.ModelChoiceField[Named]):
     """A row chosen by name; a name with NUL in it is no choice (PostgreSQL cannot even compare it)."""
 
-    def to_python(self, value: Any) -> Any:
+    def to_python(self, value: DjangoValue) -> DjangoValue:
         if isinstance(value, str) and "\x00" in value:
             raise forms.ValidationError(self.error_messages["invalid_choice"], code="invalid_choice")
         return super().to_python(value)

@@ -6,22 +6,25 @@ rows (with agent and tool joined), one query for their approvals, one count.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
-from typing import Any
 
 from django.db.models import Q, QuerySet
 from django.db.models.fields.json import KT
 from django.db.models.functions import Substr
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
-from approvals.models import Decision, DecisionKind, Status, ToolCall
+from approvals.models import Decision, ToolCall
+from approvals.states import DecisionKind, Status
 from approvals.views.access import reviewer_required
 from approvals.views.present import compact_duration, count_approvals, headline, seconds_until
 from approvals.views.queries import QueueQueryForm, matching
+from audit.http import ConsoleRequest
+from audit.typealiases import DjangoValue
 from toolcatalog.models import RiskTier
 
 PAGE_SIZE = 50
@@ -81,7 +84,7 @@ def _rows(calls: list[ToolCall], tiers: dict[int, str]) -> list[QueueRow]:
     return [
         QueueRow(
             call=call,
-            tier_name=tiers.get(call.risk_tier, ""),
+            tier_name=tiers.get(call.risk_tier, "") if call.risk_tier is not None else "",
             headline=headline(call.arguments, call.tool.resource_argument),
             resource=str(call.arguments.get(call.tool.resource_argument, "")) if call.tool.resource_argument else "",
             age=compact_duration(now - call.created_at),
@@ -93,7 +96,7 @@ def _rows(calls: list[ToolCall], tiers: dict[int, str]) -> list[QueueRow]:
     ]
 
 
-def _queue_context(request: HttpRequest) -> dict[str, Any]:
+def _queue_context(request: ConsoleRequest) -> dict[str, DjangoValue]:
     form = QueueQueryForm(request.GET)
     filtered = matching(pending_calls().filter(**form.filters()), form.search_text())
     page = form.page_number()
@@ -116,7 +119,7 @@ def _queue_context(request: HttpRequest) -> dict[str, Any]:
     }
 
 
-def is_partial(request: HttpRequest) -> bool:
+def is_partial(request: ConsoleRequest) -> bool:
     """Return whether to answer with a fragment: an htmx request, but not a history restore."""
     return bool(request.htmx) and not request.htmx.history_restore_request
 
@@ -124,7 +127,7 @@ def is_partial(request: HttpRequest) -> bool:
 @require_GET
 @vary_on_headers("HX-Request")
 @reviewer_required
-def queue(request: HttpRequest) -> HttpResponse:
+def queue(request: ConsoleRequest) -> HttpResponse:
     """The pending calls, highest risk then oldest first; htmx polls get just the results."""
     context = _queue_context(request)
     status = 400 if context["form"].errors else 200  # an invalid filter is not applied; the page says which
@@ -133,9 +136,9 @@ def queue(request: HttpRequest) -> HttpResponse:
     return render(request, "approvals/queue.html", context, status=status)
 
 
-def _deciders(calls: list[ToolCall]) -> dict[Any, list[str]]:
+def _deciders(calls: list[ToolCall]) -> dict[uuid.UUID, list[str]]:
     """Return who approved or rejected each call, from one query."""
-    names: dict[Any, list[str]] = {call.pk: [] for call in calls}
+    names: dict[uuid.UUID, list[str]] = {call.pk: [] for call in calls}
     decisions = Decision.objects.filter(call__in=list(names), kind__in=[DecisionKind.APPROVE, DecisionKind.REJECT])
     for call_id, reviewer in decisions.order_by("created_at").values_list("call_id", "reviewer_name"):
         if reviewer not in names[call_id]:
@@ -143,7 +146,7 @@ def _deciders(calls: list[ToolCall]) -> dict[Any, list[str]]:
     return names
 
 
-def _activity_context() -> dict[str, Any]:
+def _activity_context() -> dict[str, DjangoValue]:
     calls = ToolCall.objects.select_related("agent", "tool").defer(*LIST_DEFERRED)
     in_flight = list(calls.filter(status__in=IN_FLIGHT_OR_STUCK).order_by("created_at")[:PAGE_SIZE])
     recent = list(calls.filter(status__in=FINISHED).order_by("-created_at")[:PAGE_SIZE])
@@ -156,7 +159,7 @@ def _activity_context() -> dict[str, Any]:
 @require_GET
 @vary_on_headers("HX-Request")
 @reviewer_required
-def activity(request: HttpRequest) -> HttpResponse:
+def activity(request: ConsoleRequest) -> HttpResponse:
     """Calls in flight and recently decided or finished; htmx polls get just the tables."""
     template = "approvals/_activity_tables.html" if is_partial(request) else "approvals/activity.html"
     return render(request, template, _activity_context())
@@ -164,6 +167,6 @@ def activity(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @reviewer_required
-def pending_badge(request: HttpRequest) -> HttpResponse:
+def pending_badge(request: ConsoleRequest) -> HttpResponse:
     """The nav's pending count, polled and refreshed when a decision is made."""
     return render(request, "approvals/_pending_badge.html", {"pending_count": capped_count(pending_calls())})

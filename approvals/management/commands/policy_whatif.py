@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from approvals.whatif import replay, stored_calls
+from audit.typealiases import OptionValue
 from toolcatalog.models import Tool
 from toolcatalog.policies import policy_for, tier_specs
 from toolcatalog.policy import compile_policy
@@ -24,7 +24,7 @@ class Command(BaseCommand):
         parser.add_argument("--days", type=int, default=30)
         parser.add_argument("--rules", help='A JSON file: [{"name", "tier", "condition", "description"?}, …]')
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def handle(self, *args: str, **options: OptionValue) -> None:
         tool = Tool.objects.select_related("base_tier").filter(name=options["tool"]).first()
         if tool is None:
             raise CommandError(f"No tool named {options['tool']!r}.")
