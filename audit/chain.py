@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -78,16 +77,6 @@ def _as_legacy_floats(value: JSONValue) -> JSONValue:
 
 
 _LOCK_SQL = "SELECT pg_advisory_xact_lock(%s)"
-# A compare-and-set step sends its change, the lock, the appends and COMMIT in one
-# message: the change marks its transaction when it changes a row (set_config, local
-# to the transaction), and the lock and the appends run only where it did. A step
-# that loses therefore takes no lock and writes nothing, without a round trip to ask.
-_CHANGED_SETTING = "gatehouse.changed"
-_MARK_SQL = f"set_config('{_CHANGED_SETTING}', 'yes', true)"
-_IF_CHANGED_SQL = f"current_setting('{_CHANGED_SETTING}', true) = 'yes'"
-_LOCK_IF_CHANGED_SQL = f"{_LOCK_SQL} WHERE {_IF_CHANGED_SQL}"
-_OPEN = (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR)
-
 
 # created_at exactly as the hash covers it: Python's isoformat() of a UTC datetime (no
 # fraction when it is zero). The append hashes this text; the walkers read it back.
@@ -100,7 +89,7 @@ _CREATED_TEXT_SQL = (
 # the same pipeline, and gets its own snapshot, so it reads the head only once the
 # lock is held. It reads the head, stamps the time and computes the hash in SQL, so
 # the lock is held for this statement and the COMMIT only.
-_APPEND_TEMPLATE = f"""
+_APPEND_SQL = f"""
 WITH head AS (SELECT seq, hash FROM audit_event ORDER BY seq DESC LIMIT 1),
 next AS (
     SELECT COALESCE((SELECT seq FROM head), 0) + 1 AS seq,
@@ -119,11 +108,8 @@ SELECT seq, at, %(actor_kind)s, %(actor_name)s, %(action)s, %(call_id)s::uuid, %
            prev_hash || %(text_1)s || at_text || %(text_2)s || seq::text || %(text_3)s, 'UTF8'
        )), 'hex')
 FROM stamped
-{{condition}}
 RETURNING id, seq, created_at, prev_hash, hash
 """  # noqa: S608 — no values interpolated
-_APPEND_SQL = _APPEND_TEMPLATE.format(condition="")
-_APPEND_IF_CHANGED_SQL = _APPEND_TEMPLATE.format(condition=f"WHERE {_IF_CHANGED_SQL}")
 
 
 def _hashed_text_around(event: Event) -> tuple[str, str, str]:
@@ -205,12 +191,12 @@ def record(
     """
     if not connection.in_atomic_block:
         raise RuntimeError("audit.record() must run inside the transaction it describes")
-    event = new_event(action, actor, call_id, agent_name, tool_name, data)
+    event = _new_event(action, actor, call_id, agent_name, tool_name, data)
     _append(event)
     return event
 
 
-def new_event(
+def _new_event(
     action: str,
     actor: tuple[str, str],
     call_id: UUID | None,
@@ -218,7 +204,7 @@ def new_event(
     tool_name: str,
     data: JSONObject | None,
 ) -> Event:
-    """Return an event not yet chained (for `record_with` or `record_if_changed`)."""
+    """Return an event not yet chained."""
     return Event(
         actor_kind=actor[0],
         actor_name=actor[1][:150],
@@ -229,85 +215,6 @@ def new_event(
         # Normalised so the hash covers exactly what the database stores and gives back.
         data=normalized(data or {}),
     )
-
-
-def one_message_possible() -> bool:
-    """Return whether `record_with` can run here: PostgreSQL, and no transaction already open."""
-    return connection.vendor == "postgresql" and not connection.in_atomic_block
-
-
-def record_with(statements: Sequence[tuple[str, Sequence[SQLValue]]], event: Event) -> Event:
-    """Run `statements` and append `event` (`new_event`) in one transaction sent as one message.
-
-    BEGIN, the statements, the chain lock, the append and COMMIT reach PostgreSQL
-    in a single pipeline: one round trip, where a Django transaction costs three
-    (its BEGIN is synced on its own, then the statements, then the COMMIT). The
-    statements run before the lock is taken, so it is held no longer. If one fails
-    (a taken unique key), nothing after it runs, the transaction is rolled back and
-    the error is raised as Django's (IntegrityError).
-    """
-    _own_transaction(statements, None, [event])
-    return event
-
-
-def record_if_changed(
-    change: tuple[str, Sequence[SQLValue]], events: Sequence[Event], returning: str = ""
-) -> SQLRow | None:
-    """Run a compare-and-set `change` (an UPDATE); if it changed a row, append `events` (`new_event`).
-
-    One round trip, in a transaction of its own (`one_message_possible`): BEGIN, the
-    change, the chain lock and the appends (both only if the change changed a row)
-    and COMMIT — a Django transaction costs four, plus one per event. The row is
-    locked before the chain, as everywhere. Returns the changed row's `returning`
-    columns (an empty tuple for none), or None when nothing changed (and nothing
-    was written).
-    """
-    sql, values = change
-    mark = f" RETURNING {returning}, {_MARK_SQL}" if returning else f" RETURNING {_MARK_SQL}"
-    row = _own_transaction([], (sql + mark, values), events)
-    return None if row is None else tuple(row[:-1])
-
-
-def _own_transaction(
-    statements: Sequence[tuple[str, Sequence[SQLValue]]],
-    change: tuple[str, Sequence[SQLValue]] | None,
-    events: Sequence[Event],
-) -> Sequence[SQLValue] | None:
-    """Run it all in one message; return the change's row (an empty one without a change), None if it lost."""
-    if not one_message_possible():
-        raise RuntimeError("this runs its own transaction, on PostgreSQL, outside any other")
-    params = [_append_params(event) for event in events]
-    if change is None:
-        lock_sql, append_sql = _LOCK_SQL, _APPEND_SQL
-    else:  # only where the change changed a row
-        lock_sql, append_sql = _LOCK_IF_CHANGED_SQL, _APPEND_IF_CHANGED_SQL
-    connection.ensure_connection()
-    conn = connection.connection
-    with ExitStack() as cursors:
-        cursor = cursors.enter_context(conn.cursor())
-        changed = cursors.enter_context(conn.cursor())
-        appends = [cursors.enter_context(conn.cursor()) for _ in events]
-        try:
-            with connection.wrap_database_errors, conn.pipeline():
-                cursor.execute("BEGIN")
-                for sql, values in statements:
-                    cursor.execute(sql, values)
-                if change is not None:
-                    changed.execute(*change)
-                cursor.execute(lock_sql, [_CHAIN_LOCK_KEY])
-                for append, append_params in zip(appends, params, strict=True):
-                    append.execute(append_sql, append_params)
-                cursor.execute("COMMIT")
-        finally:
-            if conn.info.transaction_status in _OPEN:  # a failed statement left it open and aborted
-                with connection.wrap_database_errors:
-                    conn.rollback()
-        row = changed.fetchone() if change is not None else ()
-        if row is None:  # another caller won: nothing was written
-            return None
-        for event, append in zip(events, appends, strict=True):
-            _appended(event, append.fetchone())
-    return row
 
 
 @transaction.atomic

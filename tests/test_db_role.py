@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import timedelta
 from io import StringIO
 
 import psycopg
 import pytest
-from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
+from django.utils import timezone
 
-from audit.chain import new_event, record_if_changed, record_with
-from audit.models import ActorKind, Event
+from approvals.lifecycle import expire
+from approvals.models import ToolCall
+from audit.models import Event
 from tests.app_role import AppRole
+from tests.conftest import AgentApi, refund
 
 pytestmark = pytest.mark.django_db
 
@@ -85,19 +88,28 @@ def test_the_app_role_may_not_become_the_owner(logged_in_as_app_role: psycopg.Co
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_apps_one_message_writes_and_audit_verify_work_as_the_app_role(as_app_role: AppRole) -> None:
-    """The product's hot paths: a statement and its event in one message; a compare-and-set and its event."""
-    user = get_user_model().objects.create_user("alice")
+def test_the_products_audited_writes_and_audit_verify_work_as_the_app_role(
+    as_app_role: AppRole, agent_api: Callable[..., AgentApi]
+) -> None:
+    """The product's one write path: a change and its events in one transaction (`audit.chain.record`).
 
-    record_with([("SELECT 1", [])], new_event("test.with", (ActorKind.SYSTEM, "test"), None, "", "", {"n": 1}))
-    changed = record_if_changed(
-        ("UPDATE auth_user SET last_name = %s WHERE id = %s AND last_name = ''", ["Liddell", user.pk]),
-        [new_event("test.changed", (ActorKind.SYSTEM, "test"), None, "", "", {"n": 2})],
-    )
+    A proposal (budgets, the row, its event) and a compare-and-set (`lifecycle.change`,
+    through `expire`) that wins and then loses, everything as the app role.
+    """
+    response = agent_api().propose(refund(30000, idempotency_key="k-role"))
+    assert response.status_code == 202, response.content
+    call = ToolCall.objects.select_related("agent", "tool").get(pk=response.json()["id"])
+    ToolCall.objects.filter(pk=call.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    call.refresh_from_db()
+
+    assert expire(call) is True
+    assert expire(call) is False  # the row is no longer pending: nothing written
     call_command("audit_verify", stdout=StringIO())
 
-    assert changed == ()
-    assert list(Event.objects.order_by("seq").values_list("action", flat=True)) == ["test.with", "test.changed"]
+    assert list(Event.objects.filter(call_id=call.pk).order_by("seq").values_list("action", flat=True)) == [
+        "call.proposed",
+        "call.expired",
+    ]
 
 
 def test_check_accepts_the_app_role_and_refuses_a_superuser(as_app_role: AppRole) -> None:
