@@ -266,9 +266,10 @@ def pages_section(r: Results) -> list[str]:
     lines = [
         "## 3. Reviewer pages",
         "",
-        f"Signed in as `alice` (group with `approvals.review_toolcall` and `audit.browse_auditlog`), wrk with one connection, {s.runs} runs × "
-        f"{s.page_duration:.0f} s per page and data size. Queries: the same request in-process under "
-        "`CaptureQueriesContext` (session, user and permission queries included). Bulk data: pending tier-2/3 "
+        "Signed in as `alice` (group with `approvals.review_toolcall` and `audit.browse_auditlog`), wrk with one "
+        f"connection, {s.runs} runs × {s.page_duration:.0f} s per page and data size. Queries: the same request "
+        "in-process under `CaptureQueriesContext` (session, user and permission queries included). Bulk data: "
+        "pending tier-2/3 "
         "refunds from one `INSERT … SELECT generate_series`, audit events hashed with `audit.chain.event_hash` and "
         "`COPY`ed after the chain's head under its advisory lock; then `VACUUM ANALYZE`, as autovacuum would.",
         "",
