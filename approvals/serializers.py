@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
 
+from approvals.models import ToolCall
 from audit.typealiases import JSONObject
 from toolcatalog.models import Tool
-
-if TYPE_CHECKING:
-    from approvals.models import ToolCall
 
 
 def _iso(value: datetime | None) -> str | None:
