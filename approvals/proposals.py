@@ -298,21 +298,15 @@ def _accept(
     request_hash: str,
 ) -> Proposed:
     """Store an accepted proposal (approved or pending); a duplicate key becomes a replay."""
-    call = ToolCall(
-        agent=agent,
-        tool=grant.tool,
-        tool_version=grant.tool.version,
-        arguments=arguments,
-        arguments_hash=canonical_hash(arguments),
+    call = _new_call(
+        agent,
+        grant,
+        proposal,
+        verdict,
+        arguments,
+        status=verdict.outcome,
         request_hash=request_hash,
         idempotency_key=key,
-        conversation_id=proposal.conversation_id or "",
-        step=proposal.step,
-        call_index=proposal.call_index,
-        justification=proposal.justification,
-        status=verdict.outcome,
-        risk_tier=verdict.risk_tier,
-        risk_reasons=verdict.risk_reasons,
         approvals_required=verdict.approvals_required,
     )
     try:
@@ -367,23 +361,42 @@ def _replay(existing: ToolCall, request_hash: str) -> Proposed:
     return Proposed(call=existing, replayed=True)
 
 
-def _refuse(agent: Agent, grant: Grant, proposal: Proposal, arguments: JSONValue, verdict: Verdict) -> NoReturn:
-    """Store and audit a refused proposal (without its key), count it for the breaker, raise its error."""
-    error = ApiError.from_verdict(verdict)
-    call = ToolCall(
+def _new_call(
+    agent: Agent,
+    grant: Grant,
+    proposal: Proposal,
+    verdict: Verdict,
+    arguments: JSONValue,
+    **fields: object,
+) -> ToolCall:
+    """Return an unsaved call for `proposal` as the pipeline judged it; `fields` say how it was decided."""
+    return ToolCall(
         agent=agent,
         tool=grant.tool,
         tool_version=grant.tool.version,
+        # A refused proposal may not even be an object; the row keeps it as sent.
         arguments=arguments if isinstance(arguments, dict) else {"_": arguments},
         arguments_hash=canonical_hash(arguments),
-        request_hash="",
         conversation_id=proposal.conversation_id or "",
         step=proposal.step,
         call_index=proposal.call_index,
         justification=proposal.justification,
-        status=Status.REFUSED,
         risk_tier=verdict.risk_tier,
         risk_reasons=verdict.risk_reasons,
+        **fields,
+    )
+
+
+def _refuse(agent: Agent, grant: Grant, proposal: Proposal, arguments: JSONValue, verdict: Verdict) -> NoReturn:
+    """Store and audit a refused proposal (without its key), count it for the breaker, raise its error."""
+    error = ApiError.from_verdict(verdict)
+    call = _new_call(
+        agent,
+        grant,
+        proposal,
+        verdict,
+        arguments,
+        status=Status.REFUSED,
         error=error.body(),
         finished_at=timezone.now(),
     )
