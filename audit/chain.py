@@ -35,6 +35,7 @@ from psycopg.conninfo import make_conninfo
 
 from audit.canonical import canonical_json, normalized
 from audit.models import HASHED_FIELDS, Event
+from audit.signals import event_recorded
 from audit.typealiases import JSONObject, JSONValue, SQLRow, SQLValue
 
 GENESIS_HASH = "0" * 64
@@ -193,6 +194,7 @@ def record(
         raise RuntimeError("audit.record() must run inside the transaction it describes")
     event = _new_event(action, actor, call_id, agent_name, tool_name, data)
     _append(event)
+    event_recorded.send(sender=Event, event=event)
     return event
 
 

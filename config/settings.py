@@ -77,6 +77,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "ninja",
     "axes",
+    "vault",
     "audit",
     "accounts",
     "toolcatalog",
