@@ -1,11 +1,11 @@
 """Budgets: how many calls an agent may have accepted, per conversation and per window of time.
 
-A budget is spent in the transaction that stores the call, by a conditional
-UPDATE of a counter row (`used = used + 1 WHERE used < limit`): the database
-decides which call is the last one allowed, however many web processes race for
-it. If the call is not stored after all (a replay, whose insert loses to the
-unique key, or another budget that is exhausted) the transaction rolls back and
-nothing is spent. The per-agent window applies whatever the proposal's envelope
+A budget is spent in the transaction that stores the call, by an UPDATE of a
+counter row that records the limit it counts against (`cap`) under a constraint
+(`used <= cap`): the database decides which call is the last one allowed, however
+many web processes race for it. If the call is not stored after all (a replay,
+whose insert loses to the unique key, or another budget that is exhausted) the
+transaction rolls back and nothing is spent. The per-agent window applies whatever the proposal's envelope
 says, so omitting or changing `conversation_id` escapes nothing.
 """
 
@@ -78,19 +78,19 @@ def spend(agent: Agent, budgets: list[Budget], now: datetime) -> None:
         # No row yet (the scope's first call) or no call left: create the row if it is missing
         # (ignoring one another process just created), then let the conditional UPDATE decide.
         BudgetCounter.objects.bulk_create(
-            [BudgetCounter(agent=agent, scope=budget.scope, key=budget.key)], ignore_conflicts=True
+            [BudgetCounter(agent=agent, scope=budget.scope, key=budget.key, cap=budget.limit)], ignore_conflicts=True
         )
         if not _spend_one(agent, budget):
-            raise BudgetExhausted(budget, _seconds_left(budget, now))
+            raise BudgetExhausted(budget, seconds_left(budget, now))
 
 
 def _spend_one(agent: Agent, budget: Budget) -> bool:
     """Count one call in the budget's counter if it has one left (`used < limit`, decided by the database)."""
     counter = BudgetCounter.objects.filter(agent=agent, scope=budget.scope, key=budget.key, used__lt=budget.limit)
-    return bool(counter.update(used=F("used") + 1))
+    return bool(counter.update(used=F("used") + 1, cap=budget.limit))
 
 
-def _seconds_left(budget: Budget, now: datetime) -> int | None:
+def seconds_left(budget: Budget, now: datetime) -> int | None:
     """Return the seconds until a window budget refills (None for a conversation's, which never does)."""
     if budget.scope != BudgetScope.WINDOW:
         return None
@@ -99,12 +99,17 @@ def _seconds_left(budget: Budget, now: datetime) -> int | None:
 
 def exhausted(agent: Agent, conversation_id: str, now: datetime) -> BudgetExhausted | None:
     """Return which budget a call would find exhausted, spending nothing (for dry runs: a read, not a decision)."""
-    for budget in budgets_for(agent, conversation_id, now):
+    return first_spent_out(agent, budgets_for(agent, conversation_id, now), now)
+
+
+def first_spent_out(agent: Agent, budgets: list[Budget], now: datetime) -> BudgetExhausted | None:
+    """Return the first of `budgets` with no call left, as read now."""
+    for budget in budgets:
         used = (
             BudgetCounter.objects.filter(agent=agent, scope=budget.scope, key=budget.key)
             .values_list("used", flat=True)
             .first()
         )
         if used is not None and used >= budget.limit:
-            return BudgetExhausted(budget, _seconds_left(budget, now))
+            return BudgetExhausted(budget, seconds_left(budget, now))
     return None

@@ -4,20 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Sequence
-from functools import cache
-from typing import TypeVar
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator
-from django.db import connection, models
+from django.db import models
 from django.utils import timezone
 
-from audit.typealiases import SQLValue
 from toolcatalog.models import TIER_LEVELS, Tool
 from toolcatalog.policy import TierSpec
-
-RowModel = TypeVar("RowModel", bound=models.Model)
 
 TOKEN_PREFIX = "gh_"  # noqa: S105 — a prefix, not a secret
 
@@ -30,23 +24,6 @@ def hash_token(token: str) -> str:
 def new_token() -> str:
     """Return a fresh random bearer token."""
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
-
-
-@cache  # asked for by every step that settles a call
-def column_list(model: type[models.Model], alias: str = "") -> str:
-    """Return the model's concrete columns, quoted, in field order: what `instance_from_row` takes back."""
-    prefix = f"{alias}." if alias else ""
-    return ", ".join(prefix + connection.ops.quote_name(field.column) for field in model._meta.concrete_fields)
-
-
-def instance_from_row(model: type[RowModel], values: Sequence[SQLValue]) -> RowModel:
-    """Build a model instance from its concrete columns' values, in field order, converted as the ORM would."""
-    fields = model._meta.concrete_fields
-    converted = [
-        field.from_db_value(value, None, connection) if hasattr(field, "from_db_value") else value
-        for field, value in zip(fields, values, strict=True)
-    ]
-    return model.from_db(connection.alias, [field.attname for field in fields], converted)
 
 
 class Agent(models.Model):
@@ -102,25 +79,10 @@ class Agent(models.Model):
         """Return the active agent holding `token`, or None."""
         if not token:
             return None
-        if connection.vendor == "postgresql":
-            agent = cls._by_token_hash(hash_token(token))
-        else:
-            agent = cls.objects.filter(token_hash=hash_token(token), active=True).first()
+        agent = cls.objects.filter(token_hash=hash_token(token), active=True).first()
         if agent is not None:
             agent.touch()
         return agent
-
-    @classmethod
-    def _by_token_hash(cls, token_hash: str) -> Agent | None:
-        """Read the active agent with this token hash in one hand-written statement.
-
-        Every API request authenticates, so the statement is written once rather than
-        built by the ORM per request. token_hash is unique.
-        """
-        with connection.cursor() as cursor:
-            cursor.execute(_agent_by_token_sql(), [token_hash])
-            row = cursor.fetchone()
-        return None if row is None else instance_from_row(cls, row)
 
     def touch(self) -> None:
         """Note that the agent was seen (at most once a minute, to spare writes)."""
@@ -128,12 +90,6 @@ class Agent(models.Model):
         if self.last_seen_at is None or (now - self.last_seen_at).total_seconds() > 60:
             Agent.objects.filter(pk=self.pk).update(last_seen_at=now)
             self.last_seen_at = now
-
-
-@cache
-def _agent_by_token_sql() -> str:
-    table = connection.ops.quote_name(Agent._meta.db_table)
-    return f"SELECT {column_list(Agent)} FROM {table} WHERE token_hash = %s AND active LIMIT 1"  # noqa: S608
 
 
 class Grant(models.Model):
@@ -179,12 +135,15 @@ class BudgetScope(models.TextChoices):
     WINDOW = "window", "agent per window"
 
 
+# The constraint that refuses a call past a budget's limit (agents.budgets, approvals.store).
+USED_WITHIN_CAP = "budgetcounter_used_within_cap"
+
+
 class BudgetCounter(models.Model):
     """Calls an agent has made in one budget's scope: one conversation, or one window of time.
 
-    The pipeline spends a call with a conditional UPDATE in the transaction that
-    stores the call (agents.budgets), so the database, not a count read earlier,
-    decides the last call a budget allows.
+    A call is spent in the transaction that stores it (agents.budgets), so the
+    database, not a count read earlier, decides the last call a budget allows.
     """
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="budget_counters")
@@ -192,10 +151,15 @@ class BudgetCounter(models.Model):
     # The conversation_id, or the window's start in ISO 8601.
     key = models.CharField(max_length=200)
     used = models.PositiveIntegerField(default=0)
+    # The limit the last call was counted against (None: not recorded yet); the database refuses to count past it.
+    cap = models.PositiveIntegerField(null=True)
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["agent", "scope", "key"], name="budgetcounter_unique_agent_scope_key")
+            models.UniqueConstraint(fields=["agent", "scope", "key"], name="budgetcounter_unique_agent_scope_key"),
+            models.CheckConstraint(
+                condition=models.Q(cap__isnull=True) | models.Q(used__lte=models.F("cap")), name=USED_WITHIN_CAP
+            ),
         ]
 
     def __str__(self) -> str:

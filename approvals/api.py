@@ -18,8 +18,9 @@ from ninja.parser import Parser
 from ninja.security import HttpBearer
 from pydantic import ConfigDict
 
-from agents.grants import ReadGrant, authenticate_with_grant
+from agents.grants import ReadGrant
 from agents.models import Agent
+from approvals import store
 from approvals.errors import ERROR_STATUS, ApiError, error_response
 from approvals.jsonbody import loads_strict
 from approvals.middleware import database_unavailable
@@ -80,7 +81,7 @@ class AgentBearer(HttpBearer):
         if tool_name is None:
             agent = Agent.authenticate(token)
         else:
-            agent, read = authenticate_with_grant(token, tool_name)
+            agent, read = store.authenticate_with_grant(token, tool_name)
         if agent is None:
             return None
         enforce_rate_limit(agent)

@@ -26,15 +26,16 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.breakers import record_failure
-from agents.budgets import Budget, spend
+from agents.budgets import Budget
 from agents.models import Agent
+from approvals import store
 from approvals.decisions import DecisionRefused, Seen, check_may_decide
 from approvals.messages import Sent, enqueue_on_commit
 from approvals.models import Decision, ToolCall
 from approvals.notices import announce
 from approvals.states import AGENT_DEACTIVATED, SETTLED_STATUSES, SYSTEM, WITHDRAWABLE_STATUSES, DecisionKind, Status
 from audit.canonical import canonical_hash
-from audit.chain import record
+from audit.chain import new_event, record
 from audit.models import ActorKind
 from audit.typealiases import JSONObject
 from toolcatalog.executors import Verification
@@ -137,13 +138,17 @@ def propose(call: ToolCall, budgets: list[Budget], now: datetime) -> None:
     budget; either way nothing is stored or spent. An approved call is sent to a
     worker once this commits.
     """
-    with transaction.atomic():
-        # First: the counter rows are locked before the audit chain, as every row is.
-        spend(call.agent, budgets, now)
-        call.save(force_insert=True)
-        audit(call, "call.proposed", actor=(ActorKind.AGENT, call.agent.name), data=proposed_data(call))
-        if call.status == Status.APPROVED:
-            enqueue_on_commit(call)
+    event = new_event(
+        "call.proposed",
+        actor=(ActorKind.AGENT, call.agent.name),
+        call_id=call.pk,
+        agent_name=call.agent.name,
+        tool_name=call.tool.name,
+        data=proposed_data(call),
+    )
+    store.commit_proposed(call, budgets, now, event)
+    if call.status == Status.APPROVED:
+        enqueue_on_commit(call)  # at once, or when a caller's transaction commits
 
 
 def refuse_proposal(call: ToolCall, kind: str) -> None:

@@ -161,10 +161,10 @@ def fill_tool_key(grant: Grant, arguments: JSONObject, key: str | None) -> JSONO
 def resolve_grant(agent: Agent, tool_name: str, read: ReadGrant | None = None) -> Grant:
     """Return the agent's grant for an enabled tool, or refuse without revealing whether it exists.
 
-    The grant comes annotated with its circuit breaker's state, and (on PostgreSQL)
-    with the current risk tiers as `tier_specs`, so the hot path pays no extra
-    query for either. `read`: the grant already read with the agent, if it was
-    for this tool (`agents.grants.authenticate_with_grant`).
+    The grant comes annotated with its circuit breaker's state, and (read with the
+    agent on PostgreSQL) with the current risk tiers as `tier_specs`. `read`: the
+    grant already read with the agent, if it was for this tool
+    (`approvals.store.authenticate_with_grant`).
     """
     grant = read.grant if read is not None and read.tool_name == tool_name else find_grant(agent, tool_name)
     if grant is None:

@@ -3,8 +3,7 @@
 Each event's hash covers the previous event's hash and its own fields, so any
 edit, insertion or deletion inside the chain breaks every hash after it; signed
 checkpoints (audit/checkpoints.py) make cutting off the tail detectable too.
-Writers are serialised (a transaction-scoped advisory lock on PostgreSQL,
-IMMEDIATE transactions on SQLite) so two writers never chain to the same head.
+Writers are serialised so two never chain to the same head (audit/store.py).
 
 Events are hashed in the one canonical form (audit/canonical.py, RFC 8785).
 Events written before it kept their hash of the earlier form (`_legacy_json`), and
@@ -17,10 +16,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from functools import partial
 from uuid import UUID
 
 import orjson
@@ -30,26 +30,14 @@ from django.db import connection, transaction
 from django.db.models import F, Max, Min, TextField
 from django.db.models.expressions import Combinable, RawSQL
 from django.db.models.functions import Cast
-from django.utils import timezone
 from psycopg.conninfo import make_conninfo
 
-from audit.canonical import canonical_json, normalized
+from audit import store
+from audit.canonical import normalized
+from audit.hashing import CREATED_TEXT_SQL, GENESIS_HASH, chained, event_hash
 from audit.models import HASHED_FIELDS, Event
 from audit.signals import event_recorded
-from audit.typealiases import JSONObject, JSONValue, SQLRow, SQLValue
-
-GENESIS_HASH = "0" * 64
-# An arbitrary, fixed key for pg_advisory_xact_lock: "audit chain".
-_CHAIN_LOCK_KEY = 0x6761746568
-
-
-def event_hash(prev_hash: str, fields: dict[str, object]) -> str:
-    """Return the hash that chains `fields` onto `prev_hash`."""
-    return _chained(prev_hash, canonical_json(fields))
-
-
-def _chained(prev_hash: str, text: str) -> str:
-    return hashlib.sha256((prev_hash + text).encode("utf-8")).hexdigest()
+from audit.typealiases import JSONObject, JSONValue, SQLRow
 
 
 def _legacy_json(value: JSONValue) -> str:
@@ -77,104 +65,6 @@ def _as_legacy_floats(value: JSONValue) -> JSONValue:
     return value
 
 
-_LOCK_SQL = "SELECT pg_advisory_xact_lock(%s)"
-
-# created_at exactly as the hash covers it: Python's isoformat() of a UTC datetime (no
-# fraction when it is zero). The append hashes this text; the walkers read it back.
-_CREATED_TEXT_SQL = (
-    "to_char({0} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS') || CASE WHEN extract(microseconds FROM {0})::bigint"
-    " %% 1000000 = 0 THEN '' ELSE to_char({0} AT TIME ZONE 'UTC', '.US') END || '+00:00'"
-)
-
-# Appends one event after the head. It is sent after the chain lock (_LOCK_SQL) in
-# the same pipeline, and gets its own snapshot, so it reads the head only once the
-# lock is held. It reads the head, stamps the time and computes the hash in SQL, so
-# the lock is held for this statement and the COMMIT only.
-_APPEND_SQL = f"""
-WITH head AS (SELECT seq, hash FROM audit_event ORDER BY seq DESC LIMIT 1),
-next AS (
-    SELECT COALESCE((SELECT seq FROM head), 0) + 1 AS seq,
-           COALESCE((SELECT hash FROM head), %(genesis)s) AS prev_hash,
-           clock_timestamp() AS at
-),
-stamped AS (
-    SELECT seq, prev_hash, at, {_CREATED_TEXT_SQL.format("at")} AS at_text
-    FROM next
-)
-INSERT INTO audit_event
-    (seq, created_at, actor_kind, actor_name, action, call_id, agent_name, tool_name, data, prev_hash, hash)
-SELECT seq, at, %(actor_kind)s, %(actor_name)s, %(action)s, %(call_id)s::uuid, %(agent_name)s, %(tool_name)s,
-       %(data)s::jsonb, prev_hash,
-       encode(sha256(convert_to(
-           prev_hash || %(text_1)s || at_text || %(text_2)s || seq::text || %(text_3)s, 'UTF8'
-       )), 'hex')
-FROM stamped
-RETURNING id, seq, created_at, prev_hash, hash
-"""  # noqa: S608 — no values interpolated
-
-
-def _hashed_text_around(event: Event) -> tuple[str, str, str]:
-    """Return the event's canonical text in three pieces: before created_at's value, before seq's, after seq's.
-
-    Keys are sorted: action, actor_kind, actor_name, agent_name, call_id (plain
-    values) come before `created_at`, so its first occurrence is the top-level key;
-    `data` comes before `seq` and `tool_name` (a string) after it, so the last
-    `,"seq":` is the top-level one (a quote inside a JSON string is always escaped).
-    """
-    text = canonical_json({**event.fields_to_hash(0, timezone.now(), *_content(event)), "created_at": "T"})
-    before_time, _, rest = text.partition('"created_at":"T"')
-    middle, _, after = rest.rpartition(',"seq":0')
-    return before_time + '"created_at":"', '"' + middle + ',"seq":', after
-
-
-def _content(event: Event) -> SQLRow:
-    return (
-        event.actor_kind,
-        event.actor_name,
-        event.action,
-        event.call_id,
-        event.agent_name,
-        event.tool_name,
-        event.data,
-    )
-
-
-def _append(event: Event) -> None:
-    """Take the chain lock, chain `event` after the head and insert it."""
-    if connection.vendor != "postgresql":  # SQLite: the IMMEDIATE transaction already serialises writers
-        head = Event.objects.order_by("-seq").values_list("seq", "hash").first()
-        event.seq, event.prev_hash = (head[0] + 1, head[1]) if head else (1, GENESIS_HASH)
-        event.created_at = timezone.now()
-        event.hash = event_hash(event.prev_hash, event.hashed_fields())
-        event.save(force_insert=True)
-        return
-    with connection.cursor() as cursor:
-        # Errors surface when the pipeline syncs, outside Django's cursor: wrap them as it would.
-        with connection.wrap_database_errors, connection.connection.pipeline():
-            cursor.execute(_LOCK_SQL, [_CHAIN_LOCK_KEY])
-            cursor.execute(_APPEND_SQL, _append_params(event))
-        _appended(event, cursor.fetchone())
-
-
-def _append_params(event: Event) -> dict[str, SQLValue]:
-    text_1, text_2, text_3 = _hashed_text_around(event)
-    return {
-        "genesis": GENESIS_HASH,
-        "data": canonical_json(event.data),
-        **{name: getattr(event, name) for name in ("actor_kind", "actor_name", "action", "agent_name", "tool_name")},
-        "call_id": event.call_id,
-        "text_1": text_1,
-        "text_2": text_2,
-        "text_3": text_3,
-    }
-
-
-def _appended(event: Event, row: Sequence[SQLValue]) -> None:
-    event.pk, event.seq, event.created_at, event.prev_hash, event.hash = row
-    event._state.adding = False
-    event._state.db = connection.alias
-
-
 def record(
     action: str,
     *,
@@ -190,21 +80,33 @@ def record(
     the state change it describes. Everything but the append itself is prepared
     before the chain lock is taken: the lock serialises every writer until commit.
     """
+    return record_event(
+        new_event(action, actor=actor, call_id=call_id, agent_name=agent_name, tool_name=tool_name, data=data)
+    )
+
+
+def record_event(event: Event) -> Event:
+    """Append `event` (`new_event`) to the chain inside the caller's transaction, and tell who listens."""
     if not connection.in_atomic_block:
         raise RuntimeError("audit.record() must run inside the transaction it describes")
-    event = _new_event(action, actor, call_id, agent_name, tool_name, data)
-    _append(event)
-    event_recorded.send(sender=Event, event=event)
+    store.append(event)
+    transaction.on_commit(partial(recorded, event))
     return event
 
 
-def _new_event(
+def recorded(event: Event) -> None:
+    """Tell the apps above audit that `event` is committed."""
+    event_recorded.send(sender=Event, event=event)
+
+
+def new_event(
     action: str,
+    *,
     actor: tuple[str, str],
-    call_id: UUID | None,
-    agent_name: str,
-    tool_name: str,
-    data: JSONObject | None,
+    call_id: UUID | None = None,
+    agent_name: str = "",
+    tool_name: str = "",
+    data: JSONObject | None = None,
 ) -> Event:
     """Return an event not yet chained."""
     return Event(
@@ -301,7 +203,7 @@ PARALLEL_MIN_EVENTS = 200_000
 
 # One range of the chain, read by a walker process over its own connection.
 _RANGE_SQL = f"""
-SELECT {_CREATED_TEXT_SQL.format("created_at")}, data::text,
+SELECT {CREATED_TEXT_SQL.format("created_at")}, data::text,
        seq, actor_kind, actor_name, action, call_id::text, agent_name, tool_name, prev_hash, hash
 FROM audit_event WHERE seq >= %s AND seq <= %s ORDER BY seq
 """  # noqa: S608 — no values interpolated
@@ -387,7 +289,7 @@ def _created_at_column() -> Combinable:
     """Return created_at as the text the hash covers on PostgreSQL, else the column."""
     if connection.vendor != "postgresql":
         return F("created_at")
-    return RawSQL(_CREATED_TEXT_SQL.format('"audit_event"."created_at"'), ())  # noqa: S611 — no values interpolated
+    return RawSQL(CREATED_TEXT_SQL.format('"audit_event"."created_at"'), ())  # noqa: S611 — no values interpolated
 
 
 def _call_id_column() -> Combinable:
@@ -405,9 +307,9 @@ def _content_matches(columns: _Columns, data_text: str, prev_hash: str, stored_h
     were hashed in (their floats as they were written, then as PostgreSQL gave them back).
     """
     fields = Event.fields_to_hash(*columns, json.loads(data_text))
-    if event_hash(prev_hash, fields) == stored_hash or _chained(prev_hash, _legacy_json(fields)) == stored_hash:
+    if event_hash(prev_hash, fields) == stored_hash or chained(prev_hash, _legacy_json(fields)) == stored_hash:
         return True
-    return _chained(prev_hash, _legacy_json(_as_legacy_floats(fields))) == stored_hash
+    return chained(prev_hash, _legacy_json(_as_legacy_floats(fields))) == stored_hash
 
 
 def first_break(workers: int | None = None, parallel_min: int = PARALLEL_MIN_EVENTS) -> ChainBreak | None:

@@ -2,7 +2,9 @@
 
 from django.dispatch import Signal
 
-# Sent with `event=` inside the transaction that records it: a receiver that acts
-# outside the database (a notification) defers with `transaction.on_commit`, so a
-# rolled-back change tells nobody.
+# Sent with `event=` once the transaction that recorded it has committed (never for
+# one rolled back). The chain is the outbox: a receiver that must not miss an event
+# (a notification) also reads the events after the last one it handled, so a crash
+# between the commit and this signal loses nothing. Receivers run in the committing
+# request: keep them to a queued task.
 event_recorded = Signal()

@@ -73,7 +73,8 @@ def _next_seed_number() -> int:
 
 def event_rows(head_seq: int, head_hash: str, head_time: datetime, count: int) -> Iterator[tuple[Any, ...]]:
     """Yield `count` chained events after the head: proposals, approvals, executions, like real traffic."""
-    from audit.chain import canonical_json, event_hash
+    from audit.canonical import canonical_json
+    from audit.hashing import event_hash
     from audit.models import Event
 
     prev = head_hash
@@ -149,7 +150,7 @@ def top_up_events(total: int) -> int:
     """COPY chained events after the head until there are `total`; return how many were added."""
     from django.db import connection, transaction
 
-    from audit.chain import GENESIS_HASH
+    from audit.hashing import GENESIS_HASH
     from audit.models import HASHED_FIELDS
 
     columns = ", ".join((*HASHED_FIELDS, "prev_hash", "hash"))  # the order event_rows() yields

@@ -30,8 +30,8 @@ def proposal(tool: str, arguments: dict[str, object]) -> str:
     return json.dumps({"tool": tool, "arguments": arguments, "idempotency_key": wrk.KEY_PLACEHOLDER})
 
 
-def targets(tokens: dict[str, str]) -> dict[str, wrk.Target]:
-    """Return the three endpoints measured side by side: bare insert, tier-2 and tier-0 proposals."""
+def targets(settings: BenchSettings, tokens: dict[str, str]) -> dict[str, wrk.Target]:
+    """Return the endpoints measured side by side: bare insert, tier-2 (twice: the A/B) and tier-0 proposals."""
     json_header = {"Content-Type": "application/json"}
 
     def api(agent: str) -> dict[str, str]:
@@ -41,6 +41,14 @@ def targets(tokens: dict[str, str]) -> dict[str, wrk.Target]:
         "bare": wrk.Target("POST", "/bench/insert", json_header, proposal("emitir_estorno", TIER2_ARGUMENTS)),
         "tier2": wrk.Target(
             "POST", "/api/v1/tool-calls", api("support-agent"), proposal("emitir_estorno", TIER2_ARGUMENTS)
+        ),
+        # The same proposal to the second web server, whose store runs its portable twins.
+        "tier2-portable": wrk.Target(
+            "POST",
+            "/api/v1/tool-calls",
+            api("support-agent"),
+            proposal("emitir_estorno", TIER2_ARGUMENTS),
+            base_url=settings.portable_base_url,
         ),
         "tier0": wrk.Target(
             "POST", "/api/v1/tool-calls", api("box-office-agent"), proposal("search_seats", TIER0_ARGUMENTS)
@@ -75,9 +83,9 @@ class IngestResults:
     def errors(self, name: str, connections: int) -> int:
         return sum(r.errors for r in self.runs[(name, connections)])
 
-    def ratio(self, name: str, connections: int) -> Spread:
-        """Return `name`'s requests/s over the bare endpoint's, run by run."""
-        pairs = zip(self.runs[(name, connections)], self.runs[("bare", connections)], strict=True)
+    def ratio(self, name: str, connections: int, base: str = "bare") -> Spread:
+        """Return `name`'s requests/s over `base`'s (the bare endpoint's), run by run."""
+        pairs = zip(self.runs[(name, connections)], self.runs[(base, connections)], strict=True)
         return Spread.of([mine.rps / bare.rps for mine, bare in pairs])
 
 
@@ -118,11 +126,10 @@ def advisory_lock_waiters(settings: BenchSettings) -> Iterator[list[int]]:
 
 def measure(settings: BenchSettings, tokens: dict[str, str], workdir: Path, log: object = print) -> IngestResults:
     """Warm up, then run every endpoint at every concurrency, interleaved, `settings.runs` times."""
-    endpoints = targets(tokens)
+    endpoints = targets(settings, tokens)
     for name, target in endpoints.items():  # pools filled, validators compiled, workers warm
-        wrk.run(
-            settings.base_url, target, connections=32, seconds=settings.warmup, prefix=f"warm-{name}", workdir=workdir
-        )
+        url = target.base_url or settings.base_url
+        wrk.run(url, target, connections=32, seconds=settings.warmup, prefix=f"warm-{name}", workdir=workdir)
         drain_queue(settings)
     results = IngestResults(rounds=settings.ingest_rounds)
     for run in range(1, settings.runs + 1):
@@ -159,7 +166,7 @@ def _run_in_rounds(
             prefix = f"r{run}-{name}-c{connections}-{turn}-{uuid.uuid4().hex[:6]}"  # keys unique per block
             with advisory_lock_waiters(settings) as waiters:
                 result = wrk.run(
-                    settings.base_url,
+                    target.base_url or settings.base_url,
                     target,
                     connections=connections,
                     seconds=settings.duration / rounds,

@@ -33,8 +33,10 @@ class BenchSettings:
     redis_url: str = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
     port: int = _int("BENCH_PORT", 18080)
     downstream_port: int = _int("BENCH_DOWNSTREAM_PORT", 18081)
+    # A second web server, the same but with GATEHOUSE_POSTGRESQL_STORE=0: the A/B of the store's statements.
+    portable_port: int = _int("BENCH_PORTABLE_PORT", 18082)
     web_workers: int = _int("BENCH_WEB_WORKERS", 2 * (os.cpu_count() or 1) + 1)
-    # Per web process; × web workers must stay well under PostgreSQL's max_connections (100 here).
+    # Per web process; × web workers × 2 servers must stay under PostgreSQL's max_connections (100 here).
     pool_max: int = _int("BENCH_DB_POOL_MAX", 8)
     runs: int = _int("BENCH_RUNS", 3)
     duration: float = _float("BENCH_DURATION", 8.0)
@@ -56,6 +58,10 @@ class BenchSettings:
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def portable_base_url(self) -> str:
+        return f"http://127.0.0.1:{self.portable_port}"
 
     @property
     def downstream_url(self) -> str:

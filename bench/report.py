@@ -20,6 +20,8 @@ from bench.verify import VerifyRun
 FINDINGS = Path(__file__).with_name("findings.md")
 INGEST_TARGET = 0.5
 E2E_TARGET = 2.0
+# A store module's PostgreSQL statements stay only if they move a headline figure by this much (same-run A/B).
+STORE_AB_KEEP = 1.10
 PAGE_TARGET_MS = 150.0
 VERIFY_TARGET = 100_000
 
@@ -83,8 +85,23 @@ def headline(r: Results) -> list[str]:
         f"| worst reviewer page p95 (ms) | {pages_p95:.1f} | "
         f"< {PAGE_TARGET_MS:.0f} — {verdict(pages_p95 < PAGE_TARGET_MS)} |",
         f"| audit_verify events/s | {rate.format(0)} | ≥ {VERIFY_TARGET:,} — {verdict(rate.low >= VERIFY_TARGET)} |",
+        *store_ab_rows(r),
         "",
     ]
+
+
+def store_ab_rows(r: Results) -> list[str]:
+    """Return the A/B rows: tier-2 ingest with the store's PostgreSQL statements ÷ with their portable twins."""
+    if ("tier2-portable", CONCURRENCIES[0]) not in r.ingest.runs:  # results saved before the A/B existed
+        return []
+    rows = []
+    for c in CONCURRENCIES:
+        gain = r.ingest.ratio("tier2", c, base="tier2-portable")
+        rows.append(
+            f"| A/B: tier-2 ingest with the store's PostgreSQL statements ÷ with their portable twins, c={c} | "
+            f"{gain.format(2)} | ≥ {STORE_AB_KEEP:.2f} to keep them — {verdict(gain.median >= STORE_AB_KEEP)} |"
+        )
+    return rows
 
 
 E2E_ROWS = (
@@ -144,7 +161,10 @@ def ingest_section(r: Results) -> list[str]:
         f"wrk, {s.runs} runs × {s.duration:.0f} s per endpoint and concurrency, interleaved: {_ingest_turns(r)}, "
         f"after a {s.warmup:.0f} s warm-up of each. Every request carries its own "
         "idempotency key. Tier 2: a R$250 refund by `support-agent` (held for a reviewer; nothing executes; its "
-        "dry-run preview is asked for when a reviewer opens it, so none is computed here). Tier 0: `search_seats` by "
+        "dry-run preview is asked for when a reviewer opens it, so none is computed here), sent both to the web server "
+        "and to a second one, identical but for `GATEHOUSE_POSTGRESQL_STORE=0` (the A/B of the store modules' "
+        "PostgreSQL statements, `audit/store.py` and `approvals/store.py`, against their portable twins: the ORM "
+        "path SQLite runs). Tier 0: `search_seats` by "
         "`box-office-agent` (approved; an execution task is queued). Bare: the same JSON body to `POST /bench/insert`. "
         "The worker runs throughout, so executions compete for the same two cores; what a run leaves queued is "
         "dropped before the next run so it does not load it (drained between runs: "
@@ -154,7 +174,13 @@ def ingest_section(r: Results) -> list[str]:
         "| waiting for chain lock |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    labels = {"bare": "bare insert", "tier2": "Gatehouse tier 2 (pending)", "tier0": "Gatehouse tier 0 (approved)"}
+    labels = {
+        "bare": "bare insert",
+        "tier2": "Gatehouse tier 2 (pending)",
+        "tier2-portable": "the same, store's portable twins (`GATEHOUSE_POSTGRESQL_STORE=0`)",
+        "tier0": "Gatehouse tier 0 (approved)",
+    }
+    labels = {name: label for name, label in labels.items() if (name, CONCURRENCIES[0]) in r.ingest.runs}
     for c in CONCURRENCIES:
         for name, label in labels.items():
             ratio = "—" if name == "bare" else r.ingest.ratio(name, c).format(2)
@@ -182,8 +208,8 @@ def _ingest_turns(r: Results) -> str:
     if rounds <= 1:
         return "bare, tier 2, tier 0 one after the other in every run"
     return (
-        f"in every run {rounds} rounds of {seconds / rounds:.0f}-s blocks, bare, tier 2 and tier 0 taking turns, "
-        "so that a slow spell of the machine falls on all three alike; each endpoint's blocks are then pooled — "
+        f"in every run {rounds} rounds of {seconds / rounds:.0f}-s blocks, the endpoints taking turns, "
+        "so that a slow spell of the machine falls on all of them alike; each endpoint's blocks are then pooled — "
         "requests/s is its requests over its seconds, and p50/p99 come from its blocks' latencies pooled (wrk's "
         "latency at every 0.1 % of each block's requests, weighted by the block's requests)"
     )

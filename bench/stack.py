@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from contextlib import suppress
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -49,7 +50,7 @@ def manage(env: dict[str, str], *args: str) -> str:
     return done.stdout
 
 
-def web_command(settings: BenchSettings) -> list[str]:
+def web_command(settings: BenchSettings, port: int | None = None) -> list[str]:
     """Return the web server's command line: the Procfile's uvicorn with N workers (via bench.serve)."""
     return [
         PYTHON,
@@ -59,7 +60,7 @@ def web_command(settings: BenchSettings) -> list[str]:
         "--host",
         "127.0.0.1",
         "--port",
-        str(settings.port),
+        str(port or settings.port),
         "--workers",
         str(settings.web_workers),
         "--log-level",
@@ -111,24 +112,36 @@ class Stack:
         self.stop()
         signal.signal(signal.SIGTERM, self._previous_sigterm)
 
-    def start(self, name: str, command: list[str]) -> None:
-        """Start one process in its own session, its output in the log folder."""
+    def start(self, name: str, command: list[str], **env: str) -> None:
+        """Start one process in its own session (`env` added to the stack's), its output in the log folder."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_dir / f"{name}.log", "ab") as log:
             self.processes[name] = subprocess.Popen(
-                command, cwd=BASE_DIR, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                command,
+                cwd=BASE_DIR,
+                env={**self.env, **env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
 
     def start_all(self) -> None:
-        """Start the web server, the worker and the instant downstream, and wait until all three answer."""
-        ports = {"BENCH_PORT": self.settings.port, "BENCH_DOWNSTREAM_PORT": self.settings.downstream_port}
+        """Start the web servers, the worker and the instant downstream, and wait until all answer."""
+        ports = {
+            "BENCH_PORT": self.settings.port,
+            "BENCH_PORTABLE_PORT": self.settings.portable_port,
+            "BENCH_DOWNSTREAM_PORT": self.settings.downstream_port,
+        }
         for name, port in ports.items():
             if _port_in_use(port):
                 raise RuntimeError(f"port {port} is taken: stop what listens there or set {name}")
         self.start("web", web_command(self.settings))
+        portable = web_command(self.settings, self.settings.portable_port)
+        self.start("web-portable", portable, GATEHOUSE_POSTGRESQL_STORE="0")
         self.start("worker", worker_command())
         self.start("downstream", downstream_command(self.settings))
-        self.wait_until(self._web_ready, "the web server")
+        for url in (self.settings.base_url, self.settings.portable_base_url):
+            self.wait_until(partial(_web_ready, url), f"the web server at {url}")
         self.wait_until(self._worker_ready, "the Celery worker")
         self.wait_until(lambda: _port_in_use(self.settings.downstream_port), "the instant downstream")
 
@@ -142,12 +155,6 @@ class Stack:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{what} did not become ready in {READY_TIMEOUT:.0f} s")
             time.sleep(0.2)
-
-    def _web_ready(self) -> bool:
-        try:
-            return httpx.get(f"{self.settings.base_url}/healthz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
 
     def _worker_ready(self) -> bool:
         from config.celery import app
@@ -168,6 +175,13 @@ class Stack:
             with suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=2)
         self.processes.clear()
+
+
+def _web_ready(base_url: str) -> bool:
+    try:
+        return httpx.get(f"{base_url}/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def _port_in_use(port: int) -> bool:

@@ -108,12 +108,13 @@ def pooled(blocks: list[LoadResult]) -> LoadResult:
 
 @dataclass(frozen=True)
 class Target:
-    """What to send: method, path, headers, and a body whose `__KEY__` becomes a unique key."""
+    """What to send: method, path, headers, and a body whose `__KEY__` becomes a unique key (to `base_url`, if set)."""
 
     method: str
     path: str
     headers: dict[str, str]
     body: str = ""
+    base_url: str = ""
 
 
 def ensure_wrk() -> str:

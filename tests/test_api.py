@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 
 from agents.models import Agent
 from approvals.models import ToolCall
@@ -135,16 +133,6 @@ def test_unauthorized_without_a_token_or_with_a_bad_one(support: AgentApi) -> No
         assert response.status_code == 401
         assert response.json()["error"] == "unauthorized"
         assert response["WWW-Authenticate"].startswith("Bearer")
-
-
-def test_a_proposal_reads_its_agent_and_grant_in_one_statement(support: AgentApi) -> None:
-    with CaptureQueriesContext(connection) as queries:
-        assert support.propose(refund(idempotency_key="k-one-read")).status_code == 201
-    reads = [q["sql"] for q in queries.captured_queries if q["sql"].lstrip().startswith("SELECT")]
-    grant_reads = [sql for sql in reads if "agents_grant" in sql]
-    assert len(grant_reads) == 1
-    assert "token_hash" in grant_reads[0]
-    assert not [sql for sql in reads if "agents_agent" in sql and sql not in grant_reads]
 
 
 def test_a_bad_token_is_unauthorized_whatever_the_proposal_body(support: AgentApi) -> None:

@@ -33,9 +33,10 @@ LONG_WINDOW = 2**31
 class WebProcess:
     """A real `uvicorn config.asgi:application` process on the test database."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, store: str) -> None:
         self.port = free_port()
         self.folder = folder
+        self.store = store
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -46,7 +47,7 @@ class WebProcess:
         """Start the server and return once it answers."""
         env = {**os.environ, "DATABASE_URL": session_database_url(), "GATEHOUSE_VAR_DIR": str(self.folder)}
         env.update(GATEHOUSE_DB_POOL_MIN="1", GATEHOUSE_DB_POOL_MAX="8", PYTHONUNBUFFERED="1")
-        env.update(GATEHOUSE_AGENT_BUDGET_WINDOW_SECONDS=str(LONG_WINDOW))
+        env.update(GATEHOUSE_AGENT_BUDGET_WINDOW_SECONDS=str(LONG_WINDOW), GATEHOUSE_POSTGRESQL_STORE=self.store)
         args = [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1"]
         args += ["--port", str(self.port), "--log-level", "warning"]
         log = (self.folder / "web.log").open("ab")
@@ -68,10 +69,15 @@ class WebProcess:
             self.process.wait(timeout=15)
 
 
-@pytest.fixture(scope="module")
-def two_web_processes(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
-    """Two web server processes of their own (as in production behind a balancer); yield their base URLs."""
-    servers = [WebProcess(tmp_path_factory.mktemp(f"web-{n}")) for n in range(2)]
+@pytest.fixture(scope="module", params=["1", "0"], ids=["postgresql-store", "portable-twin"])
+def two_web_processes(
+    request: pytest.FixtureRequest, django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[str]]:
+    """Two web server processes of their own (as in production behind a balancer); yield their base URLs.
+
+    Once with approvals.store's PostgreSQL statements, once with their portable twins.
+    """
+    servers = [WebProcess(tmp_path_factory.mktemp(f"web-{n}"), request.param) for n in range(2)]
     try:
         yield [server.start().url for server in servers]
     finally:
@@ -105,6 +111,8 @@ def test_forty_parallel_proposals_over_two_web_processes_store_exactly_the_conve
     assert sorted(results) == [(202, None)] * 5 + [(429, "budget_exhausted")] * (PARALLEL - 5)
     assert ToolCall.objects.filter(agent=agent, conversation_id="conv-race").count() == 5
     assert BudgetCounter.objects.get(agent=agent, scope=BudgetScope.CONVERSATION, key="conv-race").used == 5
+    # The refused 35 spent the agent's window first, then rolled back: only the 5 stored count.
+    assert BudgetCounter.objects.get(agent=agent, scope=BudgetScope.WINDOW).used == 5
     assert Event.objects.filter(action="call.refused", data__error="budget_exhausted").count() == PARALLEL - 5
     assert first_break() is None
 
