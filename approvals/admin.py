@@ -26,6 +26,7 @@ from toolcatalog.forms import WhatIfForm
 from toolcatalog.models import Tool
 from toolcatalog.policies import tier_specs
 from toolcatalog.policy import compile_policy
+from toolcatalog.sensitive import mask_arguments
 
 
 class ReadOnlyAdminMixin:
@@ -102,11 +103,13 @@ class ToolCallAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[ToolCall]):
 
     @admin.display(description="arguments")
     def arguments_pretty(self, call: ToolCall) -> SafeString:
-        return pretty_json(call.arguments)
+        return pretty_json(mask_arguments(call.tool, call.arguments))
 
     @admin.display(description="original arguments (before a reviewer's edit)")
     def original_arguments_pretty(self, call: ToolCall) -> SafeString | str:
-        return pretty_json(call.original_arguments) if call.original_arguments is not None else "—"
+        if call.original_arguments is None:
+            return "—"
+        return pretty_json(mask_arguments(call.tool, call.original_arguments))
 
     @admin.display(description="risk reasons")
     def risk_reasons_pretty(self, call: ToolCall) -> SafeString:

@@ -19,14 +19,14 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agents.models import Agent, Grant
-from approvals import lifecycle
+from approvals import lifecycle, sensitive
 from approvals.errors import ApiError
 from approvals.messages import Sent, enqueue
 from approvals.models import ToolCall
 from approvals.states import Status
 from audit.canonical import canonical_hash
 from audit.typealiases import JSONObject
-from toolcatalog.credentials import Scope, mint
+from toolcatalog.credentials import Scope, attempt_jti, audience_for, mint
 from toolcatalog.executors import ExecutionContext, ExecutorError, Verification, executor_for
 from toolcatalog.models import Tool
 from toolcatalog.policies import policy_for
@@ -73,11 +73,13 @@ def context_for(call: ToolCall, scope: str) -> ExecutionContext:
         call_id=str(call.pk),
         agent=call.agent.name,
         approval_ref=ref,
+        audience=audience_for(call.tool),
         scope=scope,
+        jti=attempt_jti(str(call.pk), call.attempts, scope),
     )
     return ExecutionContext(
         tool_name=call.tool.name,
-        arguments=call.arguments,
+        arguments=sensitive.real_arguments(call),  # the executor alone gets the sensitive values
         resource=resource,
         call_id=str(call.pk),
         agent_name=call.agent.name,
@@ -96,6 +98,7 @@ def preview_context(tool: Tool, agent: Agent, arguments: JSONObject, call_id: st
         call_id=call_id,
         agent=agent.name,
         approval_ref="preview",
+        audience=audience_for(tool),
         scope=Scope.PREVIEW,
     )
     return ExecutionContext(
@@ -175,7 +178,7 @@ def binding_holds(call: ToolCall) -> bool:
 def send_back_for_approval(call: ToolCall) -> None:
     """Re-evaluate a call whose tool changed since approval: pending a fresh approval, or refused."""
     grant = Grant.objects.filter(agent=call.agent, tool=call.tool, tool__enabled=True).first()
-    verdict = evaluate(policy_for(call.tool), grant, call.arguments)
+    verdict = evaluate(policy_for(call.tool), grant, sensitive.real_arguments(call))
     if verdict.refused:
         lifecycle.refuse_on_recheck(call, ApiError.from_verdict(verdict).body())
     else:

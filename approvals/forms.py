@@ -18,6 +18,8 @@ from approvals.decisions import Seen
 from approvals.views.present import MONEY_CENTS_SUFFIX, MONEY_UNITS_SUFFIX, format_brl
 from audit.typealiases import DjangoValue, JSONObject, JSONValue
 from toolcatalog.models import TIER_LEVELS, Tool
+from toolcatalog.sensitive import is_sensitive
+from vault.forms import SecretField
 
 # Reviewers never change these: the key is what makes a retried execution harmless downstream.
 LOCKED_ARGUMENTS = frozenset({"idempotency_key"})
@@ -61,6 +63,9 @@ class ApprovalForm(forms.Form):
 def _field_for(name: str, spec: JSONObject, required: bool) -> forms.Field:
     """Return a form field that reads one schema property's value as text."""
     common = {"required": required, "help_text": spec.get("description", ""), "label": name}
+    if is_sensitive(spec):
+        # Write-only: never shown, sealed between review and confirm; blank keeps the value (approvals.sensitive).
+        return SecretField(**{**common, "required": False, "strip": False})
     kind = spec.get("type")
     if "enum" in spec:
         choices = [("", "—")] * (not required) + [(json.dumps(v), str(v)) for v in spec["enum"]]

@@ -28,12 +28,20 @@ from django.utils import timezone
 from agents.breakers import record_failure
 from agents.budgets import Budget
 from agents.models import Agent
-from approvals import store
+from approvals import sensitive, store
 from approvals.decisions import DecisionRefused, Seen, check_may_decide
 from approvals.messages import Sent, enqueue_on_commit
 from approvals.models import Decision, ToolCall
 from approvals.notices import announce
-from approvals.states import AGENT_DEACTIVATED, SETTLED_STATUSES, SYSTEM, WITHDRAWABLE_STATUSES, DecisionKind, Status
+from approvals.states import (
+    AGENT_DEACTIVATED,
+    SETTLED_STATUSES,
+    SYSTEM,
+    TERMINAL_STATUSES,
+    WITHDRAWABLE_STATUSES,
+    DecisionKind,
+    Status,
+)
 from audit.canonical import canonical_hash
 from audit.chain import new_event, record
 from audit.models import ActorKind
@@ -41,6 +49,7 @@ from audit.typealiases import JSONObject
 from toolcatalog.executors import Verification
 from toolcatalog.models import Tool
 from toolcatalog.policy import Verdict
+from toolcatalog.sensitive import scrub
 
 WORKER = (ActorKind.SYSTEM, "worker")
 SWEEPER = (ActorKind.SYSTEM, "sweeper")
@@ -78,6 +87,8 @@ def change(
         setattr(call, name, value)
     for action, data in events:
         audit(call, action, actor=actor, data=data)
+    if to in TERMINAL_STATUSES:  # settled: nothing will run it again, so its sensitive values go
+        sensitive.erase(call)
     return True
 
 
@@ -122,6 +133,10 @@ def _step(
     back can no longer write anything.
     """
     attempt = fields.get("attempts", call.attempts)
+    # A downstream may echo what it received: its answers are stored and audited without the call's secrets.
+    hidden = sensitive.scrubber(call)
+    events = [(action, tells, scrub(data, hidden)) for action, tells, data in events]
+    fields = {name: scrub(value, hidden) for name, value in fields.items()}
     told = [(action, {"from": expected, "to": tells, "attempt": attempt, **data}) for action, tells, data in events]
     scope = {"attempts": call.attempts, **(where or {})}
     with transaction.atomic():
@@ -146,7 +161,9 @@ def propose(call: ToolCall, budgets: list[Budget], now: datetime) -> None:
         tool_name=call.tool.name,
         data=proposed_data(call),
     )
-    store.commit_proposed(call, budgets, now, event)
+    values = getattr(call, "sensitive_values", {})
+    # Sensitive values are kept encrypted in the same transaction: with the call, or not at all.
+    store.commit_proposed(call, budgets, now, event, also=partial(sensitive.keep, call, values) if values else None)
     if call.status == Status.APPROVED:
         enqueue_on_commit(call)  # at once, or when a caller's transaction commits
 
@@ -271,11 +288,18 @@ def reject(call: ToolCall, reviewer: User, reason: str) -> bool:
     return won
 
 
-def edit_arguments(call: ToolCall, reviewer: User, arguments: JSONObject, verdict: Verdict) -> None:
+def edit_arguments(
+    call: ToolCall,
+    reviewer: User,
+    arguments: JSONObject,
+    verdict: Verdict,
+    sensitive_values: JSONObject | None = None,
+) -> None:
     """Replace the arguments with a reviewer's edit, already re-validated and re-classified as `verdict`.
 
     Earlier approvals were of other arguments, so they no longer count; the call
-    stays pending until the edited arguments are approved.
+    stays pending until the edited arguments are approved. `arguments` are as stored
+    (redacted); `sensitive_values`, if given, replace the kept ones (approvals.sensitive).
     """
     with transaction.atomic():
         held = locked(call)
@@ -301,6 +325,8 @@ def edit_arguments(call: ToolCall, reviewer: User, arguments: JSONObject, verdic
         )
         if not changed:
             raise DecisionRefused("This call is no longer waiting for a decision.")
+        if sensitive_values is not None:
+            sensitive.keep(held, sensitive_values)
     call.refresh_from_db()
 
 

@@ -53,6 +53,8 @@ class ToolCall(models.Model):
 
     # Not a column: set by the console's activity page on the calls it lists (who approved or rejected each).
     deciders: list[str]
+    # Not a column: a new call's sensitive argument values, on their way to the vault (approvals.sensitive).
+    sensitive_values: dict[str, object]
 
     class Meta:
         ordering = ["-created_at"]

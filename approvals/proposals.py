@@ -22,7 +22,7 @@ from agents.breakers import record_success
 from agents.budgets import BudgetExhausted, budgets_for, exhausted
 from agents.grants import ReadGrant, find_grant
 from agents.models import Agent, BudgetScope, Grant
-from approvals import execution, lifecycle
+from approvals import execution, lifecycle, sensitive
 from approvals.errors import ApiError
 from approvals.jsonbody import nul_fields
 from approvals.models import ToolCall
@@ -262,7 +262,8 @@ def propose(agent: Agent, proposal: Proposal, read: ReadGrant | None = None) -> 
     refuse_unstorable(proposal.arguments)
     key = resolve_key(proposal)
     arguments = fill_tool_key(grant, intake_arguments(proposal.arguments), key)
-    request_hash = canonical_hash({"tool": grant.tool.name, "arguments": arguments})
+    # Sensitive values are hashed as stored, by their keyed hash: a replay must send the same values.
+    request_hash = canonical_hash({"tool": grant.tool.name, "arguments": sensitive.redacted(grant.tool, arguments)})
     # A refusal does not bind the key (as Stripe does for requests that fail
     # validation), but a key that already belongs to an accepted call still wins.
     refused_error = gate_error(agent, grant, proposal)
@@ -369,14 +370,19 @@ def _new_call(
     arguments: JSONValue,
     **fields: object,
 ) -> ToolCall:
-    """Return an unsaved call for `proposal` as the pipeline judged it; `fields` say how it was decided."""
-    return ToolCall(
+    """Return an unsaved call for `proposal` as the pipeline judged it; `fields` say how it was decided.
+
+    Its arguments are stored redacted (sensitive values as their keyed hashes); the values
+    themselves ride along as `sensitive_values`, for the vault (approvals.sensitive).
+    """
+    stored, values = sensitive.split(grant.tool, arguments) if isinstance(arguments, dict) else (arguments, {})
+    call = ToolCall(
         agent=agent,
         tool=grant.tool,
         tool_version=grant.tool.version,
         # A refused proposal may not even be an object; the row keeps it as sent.
-        arguments=arguments if isinstance(arguments, dict) else {"_": arguments},
-        arguments_hash=canonical_hash(arguments),
+        arguments=stored if isinstance(stored, dict) else {"_": stored},
+        arguments_hash=canonical_hash(stored),
         conversation_id=proposal.conversation_id or "",
         step=proposal.step,
         call_index=proposal.call_index,
@@ -385,6 +391,8 @@ def _new_call(
         risk_reasons=verdict.risk_reasons,
         **fields,
     )
+    call.sensitive_values = values
+    return call
 
 
 def _refuse(agent: Agent, grant: Grant, proposal: Proposal, arguments: JSONValue, verdict: Verdict) -> NoReturn:

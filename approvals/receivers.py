@@ -17,7 +17,7 @@ from django.db import transaction
 from django.db.models import F, QuerySet
 
 from agents.models import Agent, Grant
-from approvals import lifecycle
+from approvals import lifecycle, sensitive
 from approvals.errors import ApiError
 from approvals.models import ToolCall
 from approvals.states import Status
@@ -65,7 +65,7 @@ def reevaluate_call(pk: uuid.UUID, tiers: dict[int, TierSpec]) -> bool:
             return False  # decided meanwhile: the decision stands
         tool = call.tool
         grant = Grant.objects.filter(agent_id=call.agent_id, tool_id=tool.pk).first() if tool.enabled else None
-        verdict = evaluate(policy_for(tool, tiers), grant, call.arguments)
+        verdict = evaluate(policy_for(tool, tiers), grant, sensitive.real_arguments(call))
         if verdict.refused:
             prefix = "The policy changed while this call waited for approval, and now refuses it: "
             error = ApiError.from_verdict(verdict, prefix).body()

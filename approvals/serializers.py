@@ -7,6 +7,7 @@ from datetime import datetime
 from approvals.models import ToolCall
 from audit.typealiases import JSONObject
 from toolcatalog.models import Tool
+from toolcatalog.sensitive import mask_arguments
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -23,7 +24,7 @@ def call_body(call: ToolCall) -> JSONObject:
         "risk_reasons": call.risk_reasons,
         "approvals_required": call.approvals_required,
         "idempotency_key": call.idempotency_key,
-        "arguments": call.arguments,
+        "arguments": mask_arguments(call.tool, call.arguments),
         "conversation_id": call.conversation_id or None,
         "step": call.step,
         "call_index": call.call_index,

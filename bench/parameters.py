@@ -91,6 +91,10 @@ class BenchSettings:
             "GATEHOUSE_AGENT_BUDGET_CALLS": "1000000000",
             "GATEHOUSE_DB_POOL_MAX": str(self.pool_max),
             "GATEHOUSE_VAR_DIR": str(BASE_DIR / "var" / "bench"),
+            # The stack's signing key (DEBUG is off): made by bench.run on first use, one for every process.
+            "GATEHOUSE_SIGNING_KEYS": str(BASE_DIR / "var" / "bench" / "signing-keys"),
+            # Its key for secrets at rest (DEBUG is off, so every process needs one): bench-only, like SECRET_KEY.
+            "GATEHOUSE_SECRETS_KEYS": "G2SYsZdLjuIZMe1WropSnmz6L_X7S59TbEuA-G8Lg14=",
             "LOG_LEVEL": "WARNING",
             "PYTHONUNBUFFERED": "1",
         }

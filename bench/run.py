@@ -27,6 +27,9 @@ def prepare(settings: BenchSettings, env: dict[str, str]) -> dict[str, str]:
 
     prepare_database(settings)
     flush_redis(settings)
+    keys = Path(env["GATEHOUSE_SIGNING_KEYS"])
+    if not any(keys.glob("*.pem")):
+        manage(env, "signing_key", "generate", "--out", f"{keys}/")
     manage(env, "migrate", "--noinput")
     manage(env, "collectstatic", "--noinput")
     tokens_file = Path(env["GATEHOUSE_VAR_DIR"]) / "tokens.json"

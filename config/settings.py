@@ -63,6 +63,13 @@ if not SECRET_KEY:
         raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
     SECRET_KEY = "dev-only-insecure-secret-key-for-local-use-never-in-production-0123456789"  # noqa: S105
 
+# Fernet keys for secrets kept encrypted at rest, newest first (vault.secrets checks them at start-up).
+GATEHOUSE_SECRETS_KEYS = env_list("GATEHOUSE_SECRETS_KEYS", [])
+# Ed25519 signing keys (a PKCS#8 PEM file, or a directory of them: the newest signs) for scoped credentials and
+# audit checkpoints; vault.signing checks them at start-up. The issuer (`iss`) credentials name: this site.
+GATEHOUSE_SIGNING_KEYS = os.environ.get("GATEHOUSE_SIGNING_KEYS", "")
+GATEHOUSE_ISSUER = os.environ.get("GATEHOUSE_ISSUER", "gatehouse")
+
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"] if DEBUG else [])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
@@ -250,6 +257,7 @@ CELERY_TASK_SOFT_TIME_LIMIT = 100
 CELERY_SWEEP_INTERVAL_SECONDS = env_int("GATEHOUSE_SWEEP_INTERVAL", 10)
 CELERY_EXECUTION_LEASE = timedelta(seconds=env_int("GATEHOUSE_EXECUTION_LEASE", CELERY_TASK_HARD_TIME_LIMIT + 30))
 CELERY_EXECUTION_MAX_ATTEMPTS = env_int("GATEHOUSE_EXECUTION_MAX_ATTEMPTS", 5)
+
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads nothing from it; the token travels in hx-headers

@@ -129,3 +129,18 @@ class Hold(models.Model):
 
     def seat_ids(self) -> list[str]:
         return sorted(seat.seat_id for seat in self.seats.all())
+
+
+class SpentCredential(models.Model):
+    """A credential's jti that took effect here: the same credential never takes effect twice.
+
+    Shared by every process serving the demo; a row may be dropped once its credential
+    has expired, since an expired credential is refused anyway.
+    """
+
+    jti = models.CharField(max_length=255, unique=True)
+    expires_at = models.DateTimeField()
+    spent_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.jti

@@ -16,7 +16,7 @@ from audit.typealiases import JSONObject
 from demo import faults
 from demo.common import ServiceError, brl, conflict_if_different, int_arg, request_hash, text_arg
 from demo.models import Order, Refund
-from toolcatalog.credentials import Claims
+from demo.verifier import Claims
 
 MOTIVOS = ("produto_defeituoso", "atraso_entrega", "cancelamento_cliente", "erro_cobranca")
 MAX_REFUND = 5_000_000

@@ -28,6 +28,10 @@ def demo_environment() -> dict[str, str]:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     os.environ.setdefault("GATEHOUSE_VAR_DIR", str(BASE_DIR / "var"))
     os.environ["GATEHOUSE_VAR_DIR"] = str(Path(os.environ["GATEHOUSE_VAR_DIR"]).resolve())
+    if not os.environ.get("GATEHOUSE_SECRETS_KEYS"):
+        os.environ["GATEHOUSE_SECRETS_KEYS"] = demo_secrets_key(Path(os.environ["GATEHOUSE_VAR_DIR"]))
+    if not os.environ.get("GATEHOUSE_SIGNING_KEYS"):
+        os.environ["GATEHOUSE_SIGNING_KEYS"] = str(demo_signing_keys(Path(os.environ["GATEHOUSE_VAR_DIR"])))
     port = os.environ.setdefault("GATEHOUSE_DEMO_PORT", "8000")
     os.environ.setdefault("GATEHOUSE_DEMO_URL", f"http://127.0.0.1:{port}")
     os.environ.setdefault("GATEHOUSE_DEMO_SERVICES_URL", os.environ["GATEHOUSE_DEMO_URL"])
@@ -36,6 +40,35 @@ def demo_environment() -> dict[str, str]:
     # The Procfile says `python`: make it this interpreter (the project's virtualenv).
     os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
     return dict(os.environ)
+
+
+def demo_secrets_key(var_dir: Path) -> str:
+    """Return the demo's key for secrets at rest: made under `var_dir` on first run (owner-only), then kept.
+
+    Every demo process must share one key: an ephemeral one per process could not read the others' secrets.
+    """
+    from cryptography.fernet import Fernet
+
+    path = var_dir / "secrets.key"
+    if not path.exists():
+        var_dir.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(Fernet.generate_key().decode("ascii") + "\n")
+    return path.read_text().strip()
+
+
+def demo_signing_keys(var_dir: Path) -> Path:
+    """Return the demo's signing key directory under `var_dir`, with a key made on first run, then kept.
+
+    Every demo process must sign with one key the demo services can fetch from the JWKS: an
+    ephemeral one per process would make the worker's credentials unverifiable.
+    """
+    from vault.signing import KEY_SUFFIX, write_new_key
+
+    folder = var_dir / "signing-keys"
+    if not any(folder.glob(f"*{KEY_SUFFIX}")):
+        write_new_key(f"{folder}/")
+    return folder
 
 
 @dataclass(frozen=True)

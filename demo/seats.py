@@ -18,7 +18,7 @@ from django.utils import timezone
 from audit.typealiases import JSONObject
 from demo.common import ServiceError, brl, conflict_if_different, int_arg, request_hash, text_arg
 from demo.models import HOLD_TTL, Event, Hold, Seat
-from toolcatalog.credentials import Claims
+from demo.verifier import Claims
 
 MAX_OPTIONS = 5
 # What a search reads of a seat.

@@ -5,25 +5,41 @@
     POST /demo-services/tools/<tool>/verify    {confirmed, observed, detail}
 
 Every request must carry a scoped credential for exactly this operation and this
-resource (403 otherwise). These are JSON endpoints for machines, hence csrf_exempt:
-the bearer credential, not a cookie, is what authorises them.
+resource (403 otherwise), checked as any downstream would: by demo.verifier, with
+Gatehouse's public keys fetched from its JWKS URL, and nothing of Gatehouse's own.
+An execution's credential takes effect once (its jti is spent). These are JSON
+endpoints for machines, hence csrf_exempt: the bearer credential, not a cookie, is
+what authorises them.
+
+Configuration, as a downstream has it: GATEHOUSE_DEMO_JWKS_URL (default: the JWKS of
+the site the demo services are part of), GATEHOUSE_DEMO_AUDIENCE (default: the origin
+of GATEHOUSE_DEMO_SERVICES_URL, the audience Gatehouse gives the demo tools) and the
+issuer, GATEHOUSE_ISSUER.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import cache
 from typing import Protocol
+from urllib.parse import urlsplit
 
+from django.conf import settings
+from django.db import IntegrityError, transaction
 from django.http import HttpRequest, JsonResponse
+from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from audit.typealiases import JSONObject, JSONValue
 from demo import faults, refunds, seats
 from demo.common import ServiceError
-from toolcatalog.credentials import Claims, CredentialRefused, Scope, bearer, verify
+from demo.models import SpentCredential
+from demo.verifier import ROUTE_SCOPES, Claims, Refused, Verifier, bearer
 
 Preview = Callable[[JSONObject], JSONObject]
 
@@ -61,11 +77,34 @@ SERVICES: dict[str, Service] = {
     "release_hold": Service("hold_id", seats.release_hold, seats.preview_release, seats.verify_release, writes=True),
 }
 
-ROUTE_SCOPES = {
-    "execute": (Scope.EXECUTE,),
-    "preview": (Scope.PREVIEW, Scope.EXECUTE),
-    "verify": (Scope.VERIFY, Scope.EXECUTE),
-}
+
+def verifier() -> Verifier:
+    """Return the demo services' credential verifier, as configured now."""
+    base = settings.GATEHOUSE_DEMO_SERVICES_URL.rstrip("/")
+    parts = urlsplit(base)
+    return _verifier(
+        os.environ.get("GATEHOUSE_DEMO_JWKS_URL") or f"{base}/.well-known/jwks.json",
+        os.environ.get("GATEHOUSE_DEMO_AUDIENCE") or f"{parts.scheme}://{parts.netloc}",
+        settings.GATEHOUSE_ISSUER,
+    )
+
+
+@cache
+def _verifier(jwks_url: str, audience: str, issuer: str) -> Verifier:
+    # One per configuration and process: it keeps the JWK Set it fetched (the JWKS's Cache-Control lifespan).
+    return Verifier(jwks_url, audience=audience, issuer=issuer)
+
+
+def spend(claims: Claims) -> None:
+    """Record that the credential took effect here; refuse one that already did (a replay)."""
+    expires_at = datetime.fromtimestamp(claims.expires_at, tz=UTC)
+    # An expired credential is refused anyway: its jti need not be kept, so the table stays small.
+    SpentCredential.objects.filter(expires_at__lt=timezone.now() - timedelta(minutes=1)).delete()
+    try:
+        with transaction.atomic():
+            SpentCredential.objects.create(jti=claims.jti, expires_at=expires_at)
+    except IntegrityError:
+        raise ServiceError(403, "forbidden", "This credential was already used.", reason="replayed") from None
 
 
 def _json_object(request: HttpRequest) -> JSONObject:
@@ -91,13 +130,10 @@ def _authorise(request: HttpRequest, tool: str, service: Service, arguments: JSO
     resource = arguments.get(service.resource_argument)
     token = bearer(request.headers.get("Authorization"))
     try:
-        return verify(
-            token,
-            operation=tool,
-            resource=None if resource is None else str(resource),
-            scopes=ROUTE_SCOPES[route],
-        )
-    except CredentialRefused as exc:
+        return verifier().verify(token, tool, None if resource is None else str(resource), ROUTE_SCOPES[route])
+    except Refused as exc:
+        if exc.reason == "keys_unavailable":  # not the credential's fault: Gatehouse may try again
+            raise ServiceError(503, "unavailable", exc.message, reason=exc.reason) from None
         raise ServiceError(403, "forbidden", exc.message, reason=exc.reason) from None
 
 
@@ -118,6 +154,7 @@ def _serve(request: HttpRequest, tool: str, route: str) -> JsonResponse:
             return JsonResponse(service.verify(arguments, result if isinstance(result, dict) else {}, key=key))
         if service.writes and not key:
             raise ServiceError(400, "idempotency_key_required", "Send an Idempotency-Key header.")
+        spend(claims)
         if faults.unavailable(claims.resource, key):
             raise ServiceError(503, "unavailable", "The service is unavailable; try again.")
         return JsonResponse(service.execute(arguments, key=key, claims=claims))

@@ -193,8 +193,9 @@ def worker_env(live_server_url: str, broker_url: str, folder: Path) -> dict[str,
         DATABASE_URL=session_database_url(),
         CELERY_BROKER_URL=broker_url,
         GATEHOUSE_DEMO_SERVICES_URL=live_server_url,
-        # Credentials the worker mints are checked by the live server, in this process.
         SECRET_KEY=settings.SECRET_KEY,
+        # Credentials the worker mints are checked by the live server, in this process, with the keys it publishes.
+        GATEHOUSE_SIGNING_KEYS=settings.GATEHOUSE_SIGNING_KEYS,
         GATEHOUSE_VAR_DIR=str(folder),
         PYTHONUNBUFFERED="1",
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -103,9 +105,17 @@ def test_signed_checkpoints_reveal_a_cut_off_tail(tmp_path) -> None:
 
 def test_a_forged_checkpoint_is_refused() -> None:
     write_events(1)
-    token = make_checkpoint()
-    assert checkpoint_problems([token]) == []
-    assert checkpoint_problems([token[:-2] + "xx"]) == ["checkpoint 1 has a bad signature"]
+    line = make_checkpoint()
+    forged = json.loads(line)
+    forged["hash"] = "f" * 64
+
+    assert checkpoint_problems([line]) == []
+    assert checkpoint_problems([json.dumps(forged)]) == [
+        f"checkpoint 1 has a bad signature: its content is not what key {forged['kid']} signed"
+    ]
+    assert checkpoint_problems([line[:-2] + "xx"]) == [
+        "checkpoint 1 is not a checkpoint (a JSON object with seq, hash, at, kid and signature)"
+    ]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -9,16 +9,24 @@ from typing import Any
 
 import httpx
 import pytest
+from django.conf import settings
 from django.utils import timezone
 
-from demo.models import Hold, Order, Refund
+from demo.models import Hold, Order, Refund, SpentCredential
 from toolcatalog.credentials import Scope, mint
 
 TIMEOUT = 15
 
 
 def credential(operation: str = "emitir_estorno", resource: str = "PED-00000001", **extra: Any) -> str:
-    claims = {"call_id": "c-1", "agent": "support-agent", "approval_ref": "policy:tier-1", **extra}
+    """A credential for the demo services of the live server (their audience is its origin)."""
+    claims = {
+        "call_id": "c-1",
+        "agent": "support-agent",
+        "approval_ref": "policy:tier-1",
+        "audience": settings.GATEHOUSE_DEMO_SERVICES_URL,
+        **extra,
+    }
     return mint(operation=operation, resource=resource, **claims)
 
 
@@ -55,9 +63,10 @@ def test_a_valid_credential_refunds_once_per_idempotency_key(demo_services: str)
         ({"resource": "PED-00000002"}, "wrong_resource"),
         ({"operation": "hold_seats"}, "wrong_operation"),
         ({"scope": Scope.PREVIEW}, "wrong_scope"),
+        ({"audience": "https://payments.example"}, "wrong_audience"),
         ("not-a-credential", "invalid"),
     ],
-    ids=["absent", "expired", "other-order", "other-operation", "preview-only", "forged"],
+    ids=["absent", "expired", "other-order", "other-operation", "preview-only", "other-audience", "forged"],
 )
 def test_the_refund_service_refuses_a_credential_that_does_not_fit(
     demo_services: str, claims: dict[str, Any] | str | None, reason: str
@@ -75,6 +84,37 @@ def test_the_refund_service_refuses_a_credential_that_does_not_fit(
     assert response.json()["error"] == "forbidden"
     assert response.json()["reason"] == reason
     assert not Refund.objects.exists()
+
+
+def test_a_credential_takes_effect_once(demo_services: str) -> None:
+    token = credential()
+
+    first = call(demo_services, "emitir_estorno", refund_args(), token=token, key="k-once")
+    replayed = call(demo_services, "emitir_estorno", refund_args(), token=token, key="k-once")
+
+    assert first.status_code == 200, first.text
+    assert replayed.status_code == 403
+    assert replayed.json()["reason"] == "replayed"
+    assert Refund.objects.count() == 1
+
+
+def test_unreachable_public_keys_are_a_retryable_503_not_a_refusal(
+    demo_services: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GATEHOUSE_DEMO_JWKS_URL", "http://127.0.0.1:9/.well-known/jwks.json")  # nothing listens
+
+    response = call(demo_services, "emitir_estorno", refund_args(), token=credential(), key="k-keys")
+
+    assert response.status_code == 503
+    assert response.json()["reason"] == "keys_unavailable"
+    assert not Refund.objects.exists()
+
+
+def test_spent_credentials_are_forgotten_once_long_expired(demo_services: str) -> None:
+    SpentCredential.objects.create(jti="old", expires_at=timezone.now() - timedelta(minutes=5))
+
+    assert call(demo_services, "emitir_estorno", refund_args(), token=credential(), key="k-new").status_code == 200
+    assert not SpentCredential.objects.filter(jti="old").exists()
 
 
 def test_a_credential_lives_sixty_seconds_at_most(demo_services: str) -> None:
@@ -221,10 +261,12 @@ def test_search_leaves_out_seats_an_active_hold_keeps(demo_services: str) -> Non
 
 def test_release_frees_the_seats_and_releasing_twice_is_harmless(demo_services: str) -> None:
     hold_id = hold(demo_services, ["D4", "D5"], "k-1").json()["hold_id"]
-    token = credential(operation="release_hold", resource=hold_id)
 
-    first = call(demo_services, "release_hold", {"hold_id": hold_id}, token=token, key="r-1")
-    second = call(demo_services, "release_hold", {"hold_id": hold_id}, token=token, key="r-2")
+    def token() -> str:  # a credential takes effect once: each release is an attempt of its own
+        return credential(operation="release_hold", resource=hold_id)
+
+    first = call(demo_services, "release_hold", {"hold_id": hold_id}, token=token(), key="r-1")
+    second = call(demo_services, "release_hold", {"hold_id": hold_id}, token=token(), key="r-2")
 
     assert first.json()["state_before"] == "active"
     assert second.status_code == 200

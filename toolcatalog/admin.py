@@ -88,7 +88,7 @@ class ToolAdmin(AuditedModelAdmin[Tool]):
             "Annotations (MCP hints shown to agents)",
             {"fields": [("read_only_hint", "destructive_hint", "idempotent_hint", "open_world_hint")]},
         ),
-        ("Execution", {"fields": ["executor_kind", "executor_ref"]}),
+        ("Execution", {"fields": ["executor_kind", "executor_ref", "audience"]}),
     ]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Tool]:

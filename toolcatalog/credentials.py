@@ -1,24 +1,35 @@
-"""Scoped credentials: a signed token authorising one operation on one resource for one call.
+"""Scoped credentials: a signed JWT authorising one operation on one resource for one attempt at one call.
 
 Gatehouse mints a fresh credential for every execution attempt (seed 000: "uma
-credencial de curta duração e escopo mínimo"). It names the operation (the tool),
-the resource (the value of the tool's resource argument), the call, the agent and
-the approval it rests on, and expires within 60 seconds. The downstream service
-checks it with `verify()`; the agent's own token never leaves Gatehouse.
+credencial de curta duração e escopo mínimo"). It is a JWT (RFC 7519) signed with
+the active Ed25519 key (`vault.signing`, JOSE algorithm EdDSA), so a downstream
+checks it with the public keys at `/.well-known/jwks.json` and any standard JWT
+library — it holds nothing that could mint one. The claims:
 
-Tokens are signed with Django's signing framework (HMAC over SECRET_KEY with a
-salt of their own, so no other signed value of the site can pass for one).
+    iss        this Gatehouse (settings.GATEHOUSE_ISSUER)
+    aud        the downstream the tool acts on (`audience_for`)
+    sub        the agent that proposed the call
+    jti        the attempt (`<call>/<attempt>/<scope>`): a downstream applies an effect once per jti
+    iat, nbf, exp   exp ≤ iat + 60 s
+    operation  the tool;  resource: the value of its resource argument ("" if none)
+    call       the call's id;  approval: what its permission rests on;  scope: execute | preview | verify
+
+The agent's own token never leaves Gatehouse. docs/credentials.md shows a downstream's check.
 """
 
 from __future__ import annotations
 
-import secrets
 import time
-from dataclasses import asdict, dataclass
+import uuid
+from urllib.parse import urlsplit
 
-from django.core import signing
+import jwt
+from django.conf import settings
 
-SALT = "gatehouse.scoped-credential.v1"
+from toolcatalog.executors.http import HttpExecutor
+from toolcatalog.models import ExecutorKind, Tool
+from vault import signing
+
 MAX_TTL_SECONDS = 60
 
 
@@ -30,27 +41,25 @@ class Scope:
     VERIFY = "verify"  # read the effect back after an attempt
 
 
-class CredentialRefused(Exception):
-    """The credential does not authorise this request; the message says why (safe to show)."""
+def audience_for(tool: Tool) -> str:
+    """Return the `aud` of the tool's credentials: its own setting, else its downstream's origin.
 
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
+    An HTTP tool's downstream is the origin (scheme://host[:port]) its endpoint is
+    reached at, so two tools served by one service share an audience and a credential
+    for one service is refused by every other. A Python tool runs inside Gatehouse:
+    its executor's dotted path names it.
+    """
+    if tool.audience:
+        return tool.audience
+    if tool.executor_kind == ExecutorKind.HTTP:
+        parts = urlsplit(HttpExecutor(tool.executor_ref).url())
+        return f"{parts.scheme}://{parts.netloc}"
+    return f"python:{tool.executor_ref}"
 
 
-@dataclass(frozen=True)
-class Claims:
-    """What a verified credential says."""
-
-    operation: str
-    resource: str
-    call_id: str
-    agent: str
-    approval_ref: str
-    scope: str
-    expires_at: int
-    nonce: str
+def attempt_jti(call_id: str, attempt: int, scope: str) -> str:
+    """Return the jti of an attempt's credential: the same attempt can take effect once downstream."""
+    return f"{call_id}/{attempt}/{scope}"
 
 
 def mint(
@@ -60,63 +69,31 @@ def mint(
     call_id: str,
     agent: str,
     approval_ref: str,
+    audience: str,
     scope: str = Scope.EXECUTE,
+    jti: str | None = None,
     ttl: int = MAX_TTL_SECONDS,
     now: float | None = None,
 ) -> str:
     """Return a signed credential for `operation` on `resource`, valid for `ttl` (at most 60) seconds.
 
-    `now` lets a caller issue a credential at another moment (tests build expired ones).
+    `jti` defaults to a fresh random one (a preview's). `now` lets a caller issue a
+    credential at another moment (tests build expired ones).
     """
-    issued = time.time() if now is None else now
-    claims = Claims(
-        operation=operation,
-        resource=resource or "",
-        call_id=call_id,
-        agent=agent,
-        approval_ref=approval_ref,
-        scope=scope,
-        expires_at=int(issued) + min(ttl, MAX_TTL_SECONDS),
-        # Two credentials for the same attempt differ, so none can be confused with another.
-        nonce=secrets.token_hex(8),
-    )
-    return signing.dumps(asdict(claims), salt=SALT, compress=False)
-
-
-def verify(
-    token: str | None, operation: str, resource: str | None, *, scopes: tuple[str, ...] = (Scope.EXECUTE,)
-) -> Claims:
-    """Return the claims of `token` if it authorises `operation` on `resource` in one of `scopes`.
-
-    Raises CredentialRefused naming the first problem: missing, invalid, expired,
-    wrong operation, wrong resource or wrong scope.
-    """
-    if not token:
-        raise CredentialRefused("missing", "No credential: send 'Authorization: Bearer <scoped credential>'.")
-    try:
-        # max_age bounds the signature's own timestamp too: even a forged-long `expires_at` dies in 60 s.
-        raw = signing.loads(token, salt=SALT, max_age=MAX_TTL_SECONDS)
-        claims = Claims(**raw)
-    except signing.SignatureExpired:
-        raise CredentialRefused("expired", "The credential has expired.") from None
-    except (signing.BadSignature, TypeError, ValueError):
-        raise CredentialRefused("invalid", "The credential is not valid.") from None
-    if claims.expires_at <= time.time():
-        raise CredentialRefused("expired", "The credential has expired.")
-    if claims.operation != operation:
-        raise CredentialRefused("wrong_operation", f"The credential is for {claims.operation!r}, not {operation!r}.")
-    if claims.resource != (resource or ""):
-        raise CredentialRefused("wrong_resource", "The credential is for another resource.")
-    if claims.scope not in scopes:
-        raise CredentialRefused("wrong_scope", f"A {claims.scope!r} credential cannot do this.")
-    return claims
-
-
-def bearer(authorization: str | None) -> str | None:
-    """Return the token of an `Authorization: Bearer <token>` header value, or None."""
-    if not authorization:
-        return None
-    kind, _, token = authorization.partition(" ")
-    if kind.lower() != "bearer":
-        return None
-    return token.strip() or None
+    issued = int(time.time() if now is None else now)
+    claims = {
+        "iss": settings.GATEHOUSE_ISSUER,
+        "aud": audience,
+        "sub": agent,
+        "jti": jti or f"{call_id or 'preview'}/{uuid.uuid4().hex}",
+        "iat": issued,
+        "nbf": issued,
+        "exp": issued + max(1, min(ttl, MAX_TTL_SECONDS)),
+        "operation": operation,
+        "resource": resource or "",
+        "call": call_id,
+        "approval": approval_ref,
+        "scope": scope,
+    }
+    key = signing.keyring().active
+    return jwt.encode(claims, key.private, algorithm=signing.ALGORITHM, headers={"kid": key.kid, "typ": "JWT"})

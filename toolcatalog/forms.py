@@ -83,6 +83,7 @@ class ToolAdminForm(forms.ModelForm[Tool]):
             "open_world_hint",
             "executor_kind",
             "executor_ref",
+            "audience",
         ]
         field_classes = {"input_schema": PrettyJSONField, "output_schema": PrettyJSONField}
         help_texts = {

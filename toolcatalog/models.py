@@ -70,6 +70,12 @@ class Tool(models.Model):
         max_length=300,
         help_text="python: a dotted path to an executor class; http: a path or URL the call is POSTed to.",
     )
+    audience = models.CharField(
+        max_length=300,
+        blank=True,
+        help_text="The `aud` of this tool's scoped credentials: what its downstream checks. "
+        "Empty: the origin of its HTTP endpoint (scheme://host:port).",
+    )
     resource_argument = models.CharField(
         max_length=100, blank=True, help_text="The argument that names the resource the call acts on."
     )

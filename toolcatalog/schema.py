@@ -12,6 +12,7 @@ from jsonschema import Draft202012Validator, ValidationError
 from referencing import Registry
 
 from audit.typealiases import JSONObject, JSONValue
+from toolcatalog.sensitive import sensitive_paths
 
 FieldError = JSONObject
 
@@ -40,8 +41,11 @@ def _known_properties(schema: JSONValue) -> list[str]:
     return sorted((schema.get("properties") or {}).keys())
 
 
-def _describe(error: ValidationError) -> list[FieldError]:
-    """Turn one jsonschema error into one or more `{field, problem, accepted_values?}`."""
+def _describe(error: ValidationError, hide_value: bool = False) -> list[FieldError]:
+    """Turn one jsonschema error into one or more `{field, problem, accepted_values?}`.
+
+    `hide_value`: the failing value holds a sensitive argument, so no message may quote it.
+    """
     base = list(error.absolute_path)
     # An error from iter_errors always has these set (the stubs also allow them unset).
     keyword = str(error.validator)
@@ -65,11 +69,22 @@ def _describe(error: ValidationError) -> list[FieldError]:
         return [{"field": field, "problem": "must be one of the accepted values", "accepted_values": list(expected)}]
     if keyword == "const":
         return [{"field": field, "problem": "must be exactly the accepted value", "accepted_values": [expected]}]
-    return [{"field": field, "problem": _PROBLEMS.get(keyword, _default_problem)(expected, error)}]
+    describe = _PROBLEMS.get(keyword, _value_free_problem if hide_value else _default_problem)
+    return [{"field": field, "problem": describe(expected, error)}]
 
 
 def _default_problem(expected: JSONValue, error: ValidationError) -> str:
     return error.message
+
+
+def _value_free_problem(expected: JSONValue, error: ValidationError) -> str:
+    # jsonschema's own message quotes the value, and this one holds a secret (toolcatalog.sensitive).
+    return f"does not satisfy the schema's '{error.validator}' (the value is sensitive, so it is not quoted)"
+
+
+def _holds_secret(path: tuple[str | int, ...], secrets: list[tuple[str | int, ...]]) -> bool:
+    """Return whether the value at `path` is, is inside, or contains a sensitive value."""
+    return any(path[: len(secret)] == secret or secret[: len(path)] == path for secret in secrets)
 
 
 def _type_problem(expected: JSONValue, error: ValidationError) -> str:
@@ -97,8 +112,9 @@ _PROBLEMS: dict[str, Callable[[JSONValue, ValidationError], str]] = {
 def argument_errors(validator: Draft202012Validator, arguments: JSONValue) -> list[FieldError]:
     """Return every problem with `arguments`, sorted by field, or [] if they are valid."""
     problems: dict[tuple[str, str], FieldError] = {}
+    secrets = sensitive_paths(validator.schema, arguments)
     for error in validator.iter_errors(arguments):
         # One jsonschema error per missing property, each listing them all: keep one of each.
-        for problem in _describe(error):
+        for problem in _describe(error, hide_value=_holds_secret(tuple(error.absolute_path), secrets)):
             problems.setdefault((problem["field"], problem["problem"]), problem)
     return [problems[key] for key in sorted(problems)]

@@ -37,6 +37,7 @@ from audit.http import ConsoleRequest
 from audit.models import Event
 from audit.typealiases import DjangoValue, JSONObject, JSONValue
 from toolcatalog.models import RiskTier, Tool
+from toolcatalog.sensitive import mask_arguments
 
 TIMELINE_LIMIT = 200
 # Enough of a resource's or a conversation's past to judge this call by, few enough to read.
@@ -177,7 +178,7 @@ def related_rows(calls: list[ToolCall]) -> list[RelatedCall]:
     return [
         RelatedCall(
             call=c,
-            headline=headline(c.arguments, c.tool.resource_argument),
+            headline=headline(masked(c), c.tool.resource_argument),
             approved_by=names[c.pk][DecisionKind.APPROVE],
             rejected_by=names[c.pk][DecisionKind.REJECT],
         )
@@ -225,13 +226,23 @@ def call_context(call: ToolCall, user: User) -> dict[str, DjangoValue]:
         "resource": resource_of(call),
         "resource_history": resource_history(call),
         "conversation_calls": conversation_calls(call),
-        "arguments": argument_rows(call.arguments, call.tool.input_schema),
-        "edit_diff": diff_rows(call.original_arguments, call.arguments) if call.original_arguments else [],
+        "arguments": argument_rows(masked(call), call.tool.input_schema),
+        "edit_diff": diff_rows(masked(call, call.original_arguments), masked(call, before=call.original_arguments))
+        if call.original_arguments
+        else [],
         "preview": preview,
         "preview_rows": preview_rows(preview),
         "previous": previous,
-        "previous_diff": diff_rows(previous.arguments, call.arguments) if previous else [],
+        # The previous proposal is of the same tool: its stored hashes compare with this one's.
+        "previous_diff": diff_rows(masked(call, previous.arguments), masked(call, before=previous.arguments))
+        if previous
+        else [],
     }
+
+
+def masked(call: ToolCall, arguments: JSONValue = None, *, before: JSONValue = None) -> JSONValue:
+    """Return `arguments` (the call's own by default) as people see them: sensitive values masked."""
+    return mask_arguments(call.tool, call.arguments if arguments is None else arguments, before)
 
 
 @require_GET

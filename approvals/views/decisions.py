@@ -21,7 +21,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
 from agents.models import Grant
-from approvals import lifecycle
+from approvals import lifecycle, sensitive
 from approvals.decisions import AlreadyApproved, DecisionRefused, Seen
 from approvals.execution import attach_preview, preview_arguments
 from approvals.forms import ApprovalForm, ArgumentsForm
@@ -35,6 +35,7 @@ from audit.http import ConsoleRequest
 from audit.typealiases import DjangoValue, JSONObject
 from toolcatalog.policies import policy_for
 from toolcatalog.policy import Verdict, evaluate
+from toolcatalog.sensitive import mask_arguments
 
 CHANGED_EVENT = "calls-changed"
 
@@ -110,11 +111,12 @@ def reject(request: ConsoleRequest, pk: uuid.UUID) -> HttpResponse:
 class EditReview:
     """An edit judged exactly as the agent's own proposal would be, before anything is saved."""
 
-    arguments: JSONObject
+    arguments: JSONObject  # as stored: sensitive values as their keyed hashes
     verdict: Verdict
     diff: list[DiffRow]
     preview: JSONObject | None = None
     problems: list[str] = field(default_factory=list)
+    sensitive_values: JSONObject | None = None
 
     @property
     def acceptable(self) -> bool:
@@ -128,11 +130,14 @@ class EditReview:
 def review_edit(call: ToolCall, form: ArgumentsForm, base_hash: str) -> EditReview:
     """Re-validate and re-classify edited arguments under the agent's grant; say what stops them."""
     typed = form.arguments()
-    # The same canonical form a proposal gets at intake: the one hashed, stored and run.
-    arguments = normalized(typed)
+    # The same canonical form a proposal gets at intake: the one hashed, stored and run; a sensitive
+    # value left masked keeps the current one, and is judged (never shown) as the real value.
+    real = sensitive.edited(call, normalized(typed))
+    arguments, values = sensitive.split(call.tool, real)
     grant = Grant.objects.filter(agent_id=call.agent_id, tool_id=call.tool_id).first()
-    verdict = evaluate(policy_for(call.tool), grant, arguments)
-    review = EditReview(arguments, verdict, diff_rows(call.arguments, arguments))
+    verdict = evaluate(policy_for(call.tool), grant, real)
+    shown = mask_arguments(call.tool, call.arguments), mask_arguments(call.tool, arguments, before=call.arguments)
+    review = EditReview(arguments, verdict, diff_rows(*shown), sensitive_values=values)
     if base_hash != call.arguments_hash:
         review.problems.append("The arguments changed while you were editing; start again from the current ones.")
     if inexact := inexact_numbers(typed):
@@ -153,7 +158,7 @@ def _save_edit(request: ConsoleRequest, call: ToolCall, review: EditReview) -> H
     """Save a confirmed edit and go back to the call; None (with a message) if refused."""
     before = call.risk_tier
     try:
-        lifecycle.edit_arguments(call, request.user, review.arguments, review.verdict)
+        lifecycle.edit_arguments(call, request.user, review.arguments, review.verdict, review.sensitive_values)
     except DecisionRefused as refused:
         _enforce_expiry(call)
         messages.error(request, str(refused))
@@ -174,7 +179,7 @@ def edit(request: ConsoleRequest, pk: uuid.UUID) -> HttpResponse:
     if call.status != Status.PENDING_APPROVAL:
         messages.error(request, f"This call is {call.get_status_display().lower()}; its arguments can't change.")
         return redirect("approvals:call", pk=call.pk)
-    form = ArgumentsForm(call.tool.input_schema, call.arguments, request.POST or None)
+    form = ArgumentsForm(call.tool.input_schema, mask_arguments(call.tool, call.arguments), request.POST or None)
     context: dict[str, DjangoValue] = {"call": call, "form": form, "base_hash": call.arguments_hash}
     if request.method == "POST" and form.is_valid():
         context["base_hash"] = request.POST.get("base_hash", "")

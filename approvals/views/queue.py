@@ -26,6 +26,7 @@ from approvals.views.queries import QueueQueryForm, matching
 from audit.http import ConsoleRequest
 from audit.typealiases import DjangoValue
 from toolcatalog.models import RiskTier
+from toolcatalog.sensitive import mask_arguments
 
 PAGE_SIZE = 50
 COUNT_CAP = 1000
@@ -74,6 +75,12 @@ class QueueRow:
     seconds_left: int | None
 
 
+def resource_shown(call: ToolCall) -> str:
+    """Return the value of the call's resource argument as the queue shows it (masked if sensitive)."""
+    name = call.tool.resource_argument
+    return str(mask_arguments(call.tool, call.arguments).get(name, "")) if name else ""
+
+
 def _rows(calls: list[ToolCall], tiers: dict[int, str]) -> list[QueueRow]:
     """Return queue rows; approvals of the whole page come from one query."""
     decisions = Decision.objects.filter(call__in=[c.pk for c in calls], kind=DecisionKind.APPROVE).values_list(
@@ -85,8 +92,8 @@ def _rows(calls: list[ToolCall], tiers: dict[int, str]) -> list[QueueRow]:
         QueueRow(
             call=call,
             tier_name=tiers.get(call.risk_tier, "") if call.risk_tier is not None else "",
-            headline=headline(call.arguments, call.tool.resource_argument),
-            resource=str(call.arguments.get(call.tool.resource_argument, "")) if call.tool.resource_argument else "",
+            headline=headline(mask_arguments(call.tool, call.arguments), call.tool.resource_argument),
+            resource=resource_shown(call),
             age=compact_duration(now - call.created_at),
             approvals=counts.get(call.pk, 0),
             approvals_needed=max(call.approvals_required, 1),

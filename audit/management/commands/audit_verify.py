@@ -1,4 +1,10 @@
-"""Walk the audit hash chain; exit 0 if intact, 1 naming the first bad event."""
+"""Walk the audit hash chain; exit 0 if intact, 1 naming the first bad event.
+
+With `--checkpoints FILE`, also check each signed checkpoint against the stored
+chain, with public keys only: `--jwks URL` (a Gatehouse's /.well-known/jwks.json),
+`--public-key PEM`, or else the public halves of this deployment's keys. Neither
+SECRET_KEY nor a private key takes part in the check.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from audit.chain import first_break
 from audit.checkpoints import checkpoint_problems
 from audit.models import Event
 from audit.typealiases import OptionValue
+from vault import signing
 
 
 class Command(BaseCommand):
@@ -17,6 +24,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--checkpoints", help="A file of signed checkpoints written by audit_checkpoint.")
+        keys = parser.add_mutually_exclusive_group()
+        keys.add_argument("--jwks", help="Check checkpoints with the public keys of this JWK Set URL.")
+        keys.add_argument("--public-key", help="Check checkpoints with this Ed25519 public key (PEM file).")
 
     def handle(self, *args: str, **options: OptionValue) -> None:
         started = time.perf_counter()
@@ -27,10 +37,24 @@ class Command(BaseCommand):
         if broken is not None:
             raise CommandError(f"audit chain broken at event #{broken.seq}: {broken.reason}")
         if options["checkpoints"]:
+            keys = public_keys(options["jwks"], options["public_key"])
             with open(options["checkpoints"]) as handle:
-                problems = checkpoint_problems(handle)
+                problems = checkpoint_problems(handle, keys)
             if problems:
                 raise CommandError("audit checkpoints do not match: " + "; ".join(problems))
         elapsed = time.perf_counter() - started
         rate = f", {count / elapsed:,.0f} events/s" if elapsed and count else ""
         self.stdout.write(self.style.SUCCESS(f"audit chain intact: {count} events in {elapsed:.2f} s{rate}"))
+
+
+def public_keys(jwks_url: str | None, pem_path: str | None) -> signing.PublicKeys:
+    """Return the public keys checkpoints are checked with; refuse unusable ones with the reason."""
+    try:
+        if jwks_url:
+            return signing.fetch_jwks(jwks_url)
+        if pem_path:
+            with open(pem_path, "rb") as handle:
+                return signing.public_key_from_pem(handle.read(), pem_path)
+        return signing.keyring().public_keys()
+    except (signing.SigningKeyError, OSError) as exc:
+        raise CommandError(f"no public key to check checkpoints with: {exc}") from None
