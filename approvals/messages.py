@@ -51,7 +51,7 @@ def enqueue(call: ToolCall, countdown: float | None = None) -> bool:
     # The app itself, not the proxy (its id keys the producer pools); celery-types types current_app as the app.
     app: CeleryApp = current_app._get_current_object()  # type: ignore[attr-defined]
     try:
-        with _fail_fast_producers(app).acquire(block=True, timeout=2) as producer:
+        with fail_fast_producers(app).acquire(block=True, timeout=2) as producer:
             app.send_task(EXECUTE_CALL, kwargs=kwargs, countdown=countdown, retry=False, producer=producer)
     except Exception as exc:  # noqa: BLE001 — any broker failure; the sweeper sends it again
         log.warning("broker unreachable (%s); call %s left to the sweeper", exc, call.pk)
@@ -64,7 +64,7 @@ def enqueue_on_commit(call: ToolCall) -> None:
     transaction.on_commit(lambda: enqueue(call))
 
 
-def _fail_fast_producers(app: CeleryApp) -> ProducerPool:
+def fail_fast_producers(app: CeleryApp) -> ProducerPool:
     """Return this process's producers whose connection gives up at once when the broker is down.
 
     Celery's own pool would retry the connection for seconds first, and the proposal

@@ -57,6 +57,11 @@ def configure(sender: object, **kwargs: object) -> None:
                 "task": "approvals.tasks.sweep",
                 "schedule": float(settings.CELERY_SWEEP_INTERVAL_SECONDS),
             },
+            # Reminders and escalations that fell due; deliveries to retry or take back from a dead worker.
+            "notifications-sweep": {
+                "task": "notifications.tasks.sweep",
+                "schedule": float(settings.CELERY_SWEEP_INTERVAL_SECONDS),
+            },
         },
     )
 

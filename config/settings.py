@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import dj_database_url
 import django_stubs_ext
@@ -90,6 +91,7 @@ INSTALLED_APPS = [
     "toolcatalog",
     "agents",
     "approvals",
+    "notifications",
 ]
 # The demo downstream (its models, /demo-services/, fault injection, seed_demo) exists
 # only where asked for: `make demo` and the tests set GATEHOUSE_DEMO=1. It comes before
@@ -257,6 +259,33 @@ CELERY_TASK_SOFT_TIME_LIMIT = 100
 CELERY_SWEEP_INTERVAL_SECONDS = env_int("GATEHOUSE_SWEEP_INTERVAL", 10)
 CELERY_EXECUTION_LEASE = timedelta(seconds=env_int("GATEHOUSE_EXECUTION_LEASE", CELERY_TASK_HARD_TIME_LIMIT + 30))
 CELERY_EXECUTION_MAX_ATTEMPTS = env_int("GATEHOUSE_EXECUTION_MAX_ATTEMPTS", 5)
+
+# Notifications (notifications/): mail through Django's backend, from EMAIL_URL
+# (smtp://user:password@host:port, smtps:// for TLS from the start, ?tls=1 for STARTTLS)
+# or the standard EMAIL_* variables; links in messages point at GATEHOUSE_SITE_URL.
+EMAIL_URL = os.environ.get("EMAIL_URL", "")
+if EMAIL_URL:
+    _email = urlsplit(EMAIL_URL)
+    if _email.scheme not in {"smtp", "smtps"} or not _email.hostname:
+        raise ImproperlyConfigured(f"EMAIL_URL={EMAIL_URL!r} is not smtp://host:port or smtps://host:port")
+    EMAIL_HOST, EMAIL_PORT = _email.hostname, _email.port or (465 if _email.scheme == "smtps" else 25)
+    EMAIL_HOST_USER, EMAIL_HOST_PASSWORD = unquote(_email.username or ""), unquote(_email.password or "")
+    EMAIL_USE_SSL = _email.scheme == "smtps"
+    EMAIL_USE_TLS = parse_qs(_email.query).get("tls", ["0"])[0] in {"1", "true"}
+else:
+    EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+    EMAIL_PORT = env_int("EMAIL_PORT", 25)
+    EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+    EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+    EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+    EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10)
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "gatehouse@localhost")
+GATEHOUSE_SITE_URL = os.environ.get("GATEHOUSE_SITE_URL", "http://127.0.0.1:8000").rstrip("/")
+# A failing delivery is tried again after 2, 4, 8 … seconds (capped), at most this many times.
+GATEHOUSE_NOTIFY_MAX_ATTEMPTS = env_int("GATEHOUSE_NOTIFY_MAX_ATTEMPTS", 8)
+GATEHOUSE_NOTIFY_BACKOFF_SECONDS = env_int("GATEHOUSE_NOTIFY_BACKOFF_SECONDS", 2)
+GATEHOUSE_NOTIFY_LEASE_SECONDS = env_int("GATEHOUSE_NOTIFY_LEASE_SECONDS", 30)
 
 
 SESSION_COOKIE_HTTPONLY = True

@@ -13,6 +13,7 @@ urlpatterns = [
     path(".well-known/jwks.json", jwks, name="jwks"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("audit/", include("audit.urls")),
+    path("notifications/", include("notifications.urls")),
     path("", include("approvals.urls")),
 ]
 
