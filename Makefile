@@ -34,7 +34,7 @@ test: $(VENV)/.installed
 # mypy's Django plugin imports the settings: DEBUG=1 gives them a development SECRET_KEY, GATEHOUSE_DEMO=1 installs
 # the demo app, which is checked too.
 # tests and bench are not checked yet.
-TYPED_APPS := vault audit toolcatalog agents accounts config demo agentloop approvals notifications
+TYPED_APPS := vault audit toolcatalog agents accounts oauth config demo agentloop approvals notifications
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

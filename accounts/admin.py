@@ -9,6 +9,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from accounts.lockout import unlock
+from accounts.models import GroupMapping, SsoIdentity
 
 # Axes registers its own admin for these records; this one is the same plus audited deletes.
 admin.site.unregister(AccessAttempt)
@@ -28,3 +29,24 @@ class AuditedAccessAttemptAdmin(AccessAttemptAdmin):
 
     def delete_model(self, request: HttpRequest, obj: AccessAttempt) -> None:
         unlock(AccessAttempt.objects.filter(pk=obj.pk), by=request.user.get_username())
+
+
+@admin.register(GroupMapping)
+class GroupMappingAdmin(admin.ModelAdmin[GroupMapping]):
+    """Which provider groups let people in, and as what: applied at each person's next sign-in."""
+
+    list_display = ["idp_group", "group"]
+    list_filter = ["group"]
+    search_fields = ["idp_group"]
+
+
+@admin.register(SsoIdentity)
+class SsoIdentityAdmin(admin.ModelAdmin[SsoIdentity]):
+    """The provider subjects behind console accounts (read-only: sign-ins write them)."""
+
+    list_display = ["user", "subject", "issuer", "last_groups"]
+    search_fields = ["user__username", "subject"]
+    readonly_fields = ["user", "issuer", "subject", "last_groups"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False

@@ -5,8 +5,9 @@ Each round is one short conversation by one demo agent, a scripted model driving
 that fails, so the hold is compensated), refunds that run by themselves or wait
 for a reviewer, a wrong `motivo` fixed from the structured error, a restarted
 conversation that replays instead of refunding twice, 40 seats refused by the
-schema, a visitor who can only search, and now and then a model that never
-finishes and is stopped by its step budget.
+schema, a visitor who can only search, holds of four seats at the box office's
+own MCP server (the upstream `boxoffice`) that wait for a reviewer, and now and
+then a model that never finishes and is stopped by its step budget.
 
 Reads the agents' tokens from $GATEHOUSE_VAR_DIR/demo-tokens.json; talks to
 $GATEHOUSE_DEMO_URL/mcp.
@@ -64,9 +65,14 @@ ROUNDS: list[tuple[str, Round, int]] = [
     ("box-office-agent", lambda rng: [scenarios.oversized_hold_model()], 1),
     ("box-office-agent", lambda rng: [scenarios.never_finishes_model()], 1),
     ("visitor", lambda rng: [scenarios.visitor_search_model()], 2),
+    ("box-office-upstream", lambda rng: [scenarios.upstream_hold_model()], 2),
 ]
 BUDGETS = Budgets(max_steps=4, max_seconds=60)
-TASKS = {"box-office-agent": scenarios.SEATS_TASK, "visitor": "Show me two seats for Sunday under R$ 200."}
+TASKS = {
+    "box-office-agent": scenarios.SEATS_TASK,
+    "visitor": "Show me two seats for Sunday under R$ 200.",
+    "box-office-upstream": scenarios.UPSTREAM_TASK,
+}
 
 
 def say(text: str) -> None:

@@ -181,3 +181,28 @@ def visitor_search_model() -> ScriptedModel:
         tool_calls=(tool("search_seats", {"event_id": SUNDAY, "quantity": 2, "max_price_brl": 200}, "c-search"),)
     )
     return ScriptedModel([lambda messages: search, report_last])
+
+
+UPSTREAM_TASK = f"Find four seats together for Sunday ({SUNDAY}) at the box office's own system and hold them."
+
+
+def upstream_hold_model() -> ScriptedModel:
+    """Seats from the box office's own MCP server (through Gatehouse): four together, so the hold waits for a person."""
+    search = ModelTurn(tool_calls=(tool("boxoffice_search_seats", {"event_id": SUNDAY, "quantity": 4}, "c-up-search"),))
+
+    def hold_first(messages: Sequence[Message]) -> ModelTurn:
+        (body,) = tool_results(messages)
+        result = (body.get("result") or {}).get("structuredContent") or {}
+        options = result.get("options") or []
+        if not options:
+            return ModelTurn(text=f"No four seats together on Sunday ({body.get('status') or body.get('error')}).")
+        seats = {"event_id": SUNDAY, "seat_ids": options[0]["seat_ids"]}
+        return ModelTurn(tool_calls=(tool("boxoffice_hold_seats", seats, "c-up-hold"),))
+
+    def report(messages: Sequence[Message]) -> ModelTurn:
+        (body,) = tool_results(messages)
+        if body.get("status") == "pending_approval":
+            return ModelTurn(text=f"A hold of four seats waits for a reviewer (call {body['id']}).")
+        return ModelTurn(text=f"The hold ended as {body.get('status') or body.get('error')}.")
+
+    return ScriptedModel([lambda messages: search, hold_first, report])

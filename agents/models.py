@@ -103,6 +103,8 @@ class Grant(models.Model):
     breaker_open: bool
     breaker_failures: int
     tier_specs: dict[int, TierSpec]
+    # Read with the grant on PostgreSQL (approvals.store): whether a standing approval could cover a call.
+    standing_possible: bool
 
     class Meta:
         ordering = ["agent", "tool"]

@@ -18,14 +18,17 @@ from django.urls import URLPattern, path
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
+from agents.models import Agent
+from approvals import limits
 from approvals.models import Decision, ToolCall
 from approvals.whatif import replay, stored_calls
+from audit.typealiases import JSONValue
 from toolcatalog.admin import ToolAdmin
 from toolcatalog.adminkit import AuditedModelAdmin, pretty_json
 from toolcatalog.forms import WhatIfForm
 from toolcatalog.models import Tool
-from toolcatalog.policies import tier_specs
-from toolcatalog.policy import compile_policy
+from toolcatalog.policies import cumulative_specs, tier_specs
+from toolcatalog.policy import ToolPolicy, Usage, compile_policy
 from toolcatalog.sensitive import mask_arguments
 
 
@@ -170,6 +173,13 @@ class GovernedToolAdmin(ToolAdmin):
         whatif = path("<path:object_id>/whatif/", self.admin_site.admin_view(self.whatif_view), name=f"{name}_whatif")
         return [whatif, *super().get_urls()]
 
+    def window_usage(self, tool: Tool, policy: ToolPolicy, agent_name: str, arguments: JSONValue) -> dict[str, Usage]:
+        """Return the tool's cumulative limits' totals as they stand, for the agent named (if any)."""
+        if not policy.cumulative or not isinstance(arguments, dict):
+            return {}
+        agent = Agent.objects.filter(name=agent_name).first() if agent_name else None
+        return limits.usage_now(policy, tool, agent, arguments)
+
     def whatif_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """Replay the tool's recent calls against its current rules, or against edited, unsaved ones."""
         tool = self.viewable_tool(request, object_id)
@@ -188,6 +198,7 @@ class GovernedToolAdmin(ToolAdmin):
                 input_schema=tool.input_schema,
                 rules=[(r["name"], r["description"], r["tier"], r["condition"]) for r in data["rules"] if r["enabled"]],
                 tiers=tiers,
+                cumulative=cumulative_specs(tool),  # the saved limits, judged over the replayed calls' windows
             )
             report = replay(policy, stored_calls(tool.pk, timezone.now() - timedelta(days=data["days"])))
         return self.tool_page(

@@ -20,7 +20,7 @@ from pydantic import ConfigDict
 
 from agents.grants import ReadGrant
 from agents.models import Agent
-from approvals import store
+from approvals import store, telemetry
 from approvals.errors import ERROR_STATUS, ApiError, error_response
 from approvals.jsonbody import loads_strict
 from approvals.middleware import database_unavailable
@@ -282,7 +282,10 @@ def list_tools(request: AgentRequest) -> HttpResponse:
     "call with the same idempotency key (header Idempotent-Replayed: true), or a dry-run preview.",
 )
 def create_call(request: AgentRequest, payload: ProposalIn, query: Query[WaitQuery]) -> HttpResponse:
-    outcome = propose(request.agent, Proposal(**payload.model_dump()), request.read_grant)
+    with telemetry.ProposalScope(request.headers, tool=payload.tool, conversation_id=payload.conversation_id) as scope:
+        outcome = propose(request.agent, Proposal(**payload.model_dump()), request.read_grant)
+        if outcome.call is not None:
+            scope.called(outcome.call.pk, outcome.call.status, outcome.call.risk_tier)
     if outcome.preview is not None and outcome.verdict is not None:
         return _json(
             {

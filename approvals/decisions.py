@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from django.contrib.auth.models import User
 from django.utils import timezone
 
+from approvals.approvers import group_refusal
 from approvals.models import ToolCall
 from approvals.states import DecisionKind, Status
 from toolcatalog.models import RiskTier
@@ -66,6 +67,8 @@ def check_may_decide(call: ToolCall, reviewer: User, *, approving: bool) -> None
         raise DecisionRefused("This call's approval window has passed; it can no longer be decided.")
     if call.agent.owner_id is not None and call.agent.owner_id == reviewer.pk:
         raise DecisionRefused("You own the agent that proposed this call; another reviewer must decide it.")
+    if call.on_behalf_of_id is not None and call.on_behalf_of_id == reviewer.pk:
+        raise DecisionRefused("The agent proposed this call on your behalf; another reviewer must decide it.")
     if approving:
         check_may_approve(call, reviewer)
 
@@ -79,10 +82,9 @@ def tier_of(call: ToolCall) -> RiskTier | None:
 
 def check_may_approve(call: ToolCall, reviewer: User) -> None:
     """Raise DecisionRefused unless `reviewer`'s approval of the call as it stands would count."""
-    tier = tier_of(call)
-    group = tier.approver_group if tier else None
-    if group is not None and not reviewer.groups.filter(pk=group.pk).exists():
-        raise DecisionRefused(f"Calls at tier {call.risk_tier} may only be approved by members of “{group.name}”.")
+    refusal = group_refusal(call, reviewer)  # the tool's approver groups for the tier, else the tier's
+    if refusal:
+        raise DecisionRefused(refusal)
     if proposed_these_arguments(call, reviewer):
         others = "two other reviewers" if call.approvals_required > 1 else "another reviewer"
         raise DecisionRefused(f"You edited these arguments, so you proposed them: {others} must approve them.")

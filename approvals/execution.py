@@ -27,7 +27,7 @@ from approvals.states import Status
 from audit.canonical import canonical_hash
 from audit.typealiases import JSONObject
 from toolcatalog.credentials import Scope, attempt_jti, audience_for, mint
-from toolcatalog.executors import ExecutionContext, ExecutorError, Verification, executor_for
+from toolcatalog.executors import ExecutionContext, ExecutorError, OutcomeUnknown, Verification, executor_for
 from toolcatalog.models import Tool
 from toolcatalog.policies import policy_for
 from toolcatalog.policy import evaluate
@@ -207,7 +207,10 @@ def run_attempt(call: ToolCall) -> Attempt:
 
 def record(call: ToolCall, attempt: Attempt) -> None:
     """Record the attempt's outcome, verify a result, and schedule a retry where one may help."""
-    if attempt.error is not None:
+    if isinstance(attempt.error, OutcomeUnknown):  # sent, unanswered: never sent again on a guess
+        detail = f"The request was sent and no answer came: {attempt.error}"
+        lifecycle.finish(call, Verification(confirmed=False, observed=attempt.error.detail, detail=detail))
+    elif attempt.error is not None:
         _record_failure(call, attempt.error)
     elif attempt.result is None:
         lifecycle.finish(

@@ -28,7 +28,7 @@ from django.utils import timezone
 from agents.breakers import record_failure
 from agents.budgets import Budget
 from agents.models import Agent
-from approvals import sensitive, store
+from approvals import sensitive, standing, store
 from approvals.decisions import DecisionRefused, Seen, check_may_decide
 from approvals.messages import Sent, enqueue_on_commit
 from approvals.models import Decision, ToolCall
@@ -189,7 +189,10 @@ def record_replay(call: ToolCall) -> None:
 def proposed_data(call: ToolCall) -> JSONObject:
     names = ("status", "risk_tier", "risk_reasons", "tool_version", "arguments", "arguments_hash")
     more = ("idempotency_key", "conversation_id", "step", "call_index", "justification")
-    return {name: getattr(call, name) for name in (*names, *more)}
+    data: JSONObject = {name: getattr(call, name) for name in (*names, *more)}
+    if call.on_behalf_of is not None:  # an OAuth client's agent, acting for this person
+        data["on_behalf_of"] = call.on_behalf_of.get_username()
+    return data
 
 
 # ------------------------------------------------------------------ reviewers and the clock
@@ -227,13 +230,17 @@ def _decision(
     )
 
 
-def approve(call: ToolCall, reviewer: User, *, seen: Seen | None = None) -> bool:
+def approve(
+    call: ToolCall, reviewer: User, *, seen: Seen | None = None, like_this: standing.Terms | None = None
+) -> bool:
     """Record `reviewer`'s approval; return True if the call is now approved to run.
 
     `seen`: what the reviewer's page showed; the approval is refused unless the call
     still has those arguments under that tool version. The approval binds both, and
     execution checks both. A reviewer whose approval already counts is told so
-    (AlreadyApproved) and nothing is recorded.
+    (AlreadyApproved) and nothing is recorded. `like_this`: also approve calls like
+    this one on these terms (a standing approval, given in the same transaction: a
+    refused one refuses the approval too).
     """
     actor = (ActorKind.REVIEWER, reviewer.get_username())
     with transaction.atomic():
@@ -241,6 +248,8 @@ def approve(call: ToolCall, reviewer: User, *, seen: Seen | None = None) -> bool
         check_may_decide(held, reviewer, approving=True)
         if seen is not None:
             seen.check(held)
+        if like_this is not None:
+            standing.grant(held, reviewer, like_this, sensitive.real_arguments(held))
         _decision(held, reviewer, DecisionKind.APPROVE)
         count = held.approval_count()
         binds = {"arguments_hash": held.arguments_hash, "tool_version": held.tool_version}
@@ -263,14 +272,19 @@ def approve(call: ToolCall, reviewer: User, *, seen: Seen | None = None) -> bool
     return won
 
 
-def reject(call: ToolCall, reviewer: User, reason: str) -> bool:
-    """Reject the call with a reason the agent will receive; return whether this caller decided it."""
+def reject(call: ToolCall, reviewer: User, reason: str, *, seen: Seen | None = None) -> bool:
+    """Reject the call with a reason the agent will receive; return whether this caller decided it.
+
+    `seen`, if given (a batch decision), refuses unless the call is still what the reviewer was shown.
+    """
     reason = reason.strip()
     if not reason:
         raise DecisionRefused("Give a reason: the agent receives it.")
     with transaction.atomic():
         held = locked(call)
         check_may_decide(held, reviewer, approving=False)
+        if seen is not None:
+            seen.check(held)
         _decision(held, reviewer, DecisionKind.REJECT, reason)
         now = timezone.now()
         won = _move(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 
 from django.conf import settings
 from django.db import models
@@ -19,6 +20,16 @@ class ToolCall(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     # No index of its own: toolcall_conversation starts with agent.
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="calls", db_index=False)
+    # No index: nothing looks calls up by person, and every proposal would pay for one.
+    on_behalf_of = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="calls_on_behalf",
+        db_index=False,
+        help_text="The person the agent acted for: who let an OAuth client act as it (empty for agent tokens).",
+    )
     tool = models.ForeignKey(Tool, on_delete=models.PROTECT, related_name="calls")
     tool_version = models.PositiveIntegerField(help_text="The tool version the call was judged under.")
     arguments = models.JSONField()
@@ -75,6 +86,14 @@ class ToolCall(models.Model):
     def __str__(self) -> str:
         return f"{self.tool.name} by {self.agent.name} ({self.status})"
 
+    @property
+    def proposer(self) -> str:
+        """Return who proposed the call as people read it: "support-agent for carla@example.com", or the agent."""
+        person = self.on_behalf_of
+        if person is None:
+            return self.agent.name
+        return f"{self.agent.name} for {person.email or person.get_username()}"
+
     def approver_names(self) -> list[str]:
         """Return who approved the current arguments under the current tool version.
 
@@ -125,3 +144,68 @@ class Decision(models.Model):
 
     def __str__(self) -> str:
         return f"{self.reviewer_name} {self.kind} {self.call_id}"
+
+
+class StandingApproval(models.Model):
+    """A reviewer's approval of calls like one they approved: same tool and agent, arguments matching `condition`.
+
+    It approves at most `max_uses` later proposals at up to `risk_tier`, under the tool
+    version it was given for, until `expires_at` or its revocation, once it has the
+    tier's approvals (`approvals_required` distinct reviewers: `activated_at`).
+    What happens to it is `approvals.standing`.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="standing_approvals")
+    tool = models.ForeignKey(Tool, on_delete=models.PROTECT, related_name="standing_approvals")
+    tool_version = models.PositiveIntegerField(help_text="The tool version it was given under; another is not covered.")
+    risk_tier = models.PositiveSmallIntegerField(help_text="The highest tier of call it covers.")
+    condition = models.JSONField(help_text="A JSON Schema the arguments of a covered call match.")
+    max_uses = models.PositiveIntegerField()
+    uses = models.PositiveIntegerField(default=0)
+    approvals_required = models.PositiveSmallIntegerField(default=1)
+    source_call = models.ForeignKey(ToolCall, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_by_name = models.CharField(max_length=150)
+    created_at = models.DateTimeField(default=timezone.now)
+    activated_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by_name = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(uses__lte=models.F("max_uses")), name="standing_uses_within_max")
+        ]
+        indexes = [models.Index(fields=["agent", "tool", "expires_at"], name="standing_for_agent_tool")]
+
+    def __str__(self) -> str:
+        return f"{self.tool.name} for {self.agent.name} ({self.uses}/{self.max_uses})"
+
+    def state(self, now: datetime) -> str:
+        """Return where it stands: revoked, expired, used up, waiting for approvals, or active."""
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at <= now:
+            return "expired"
+        if self.uses >= self.max_uses:
+            return "used up"
+        return "active" if self.activated_at is not None else "waiting for approvals"
+
+
+class StandingApprover(models.Model):
+    """One reviewer's approval of a standing approval (four-eyes tiers take two)."""
+
+    standing = models.ForeignKey(StandingApproval, on_delete=models.CASCADE, related_name="approvers")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    reviewer_name = models.CharField(max_length=150)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["standing", "reviewer_name"], name="standing_one_approval_per_reviewer")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.reviewer_name} approved {self.standing_id}"

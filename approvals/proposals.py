@@ -10,29 +10,31 @@ import hashlib
 import re
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, NoReturn
 
-from django.db import IntegrityError
+from django.contrib.auth.models import User
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 from ninja import Field, Schema
 from pydantic import BeforeValidator, ConfigDict
 
 from agents import ratelimit
 from agents.breakers import record_success
-from agents.budgets import BudgetExhausted, budgets_for, exhausted
+from agents.budgets import Budget, BudgetExhausted, budgets_for, exhausted
 from agents.grants import ReadGrant, find_grant
 from agents.models import Agent, BudgetScope, Grant
-from approvals import execution, lifecycle, sensitive
+from approvals import execution, lifecycle, limits, sensitive, standing
 from approvals.errors import ApiError
 from approvals.jsonbody import nul_fields
-from approvals.models import ToolCall
+from approvals.models import StandingApproval, ToolCall
 from approvals.states import Status
 from audit.canonical import canonical_hash, inexact_numbers, normalized
 from audit.chain import record_alone
 from audit.models import ActorKind
 from audit.typealiases import JSONObject, JSONValue
 from toolcatalog.policies import policy_for
-from toolcatalog.policy import Outcome, Verdict, evaluate
+from toolcatalog.policy import Outcome, ToolPolicy, Verdict, evaluate
 
 HEX32 = re.compile(r"^[a-f0-9]{32}$")
 
@@ -106,6 +108,8 @@ class Proposal:
     call_index: int | None = None
     justification: str = ""
     dry_run: bool = False
+    # The person an OAuth token acts for (set by the MCP endpoint from the token, never from the body).
+    on_behalf_of: User | None = None
 
 
 @dataclass
@@ -269,7 +273,8 @@ def propose(agent: Agent, proposal: Proposal, read: ReadGrant | None = None) -> 
     refused_error = gate_error(agent, grant, proposal)
     if refused_error is not None:
         return _replay_existing(agent, key, request_hash) or _refuse_gate(agent, grant, refused_error)
-    verdict = evaluate(policy_for(grant.tool, getattr(grant, "tier_specs", None)), grant, arguments)
+    policy = policy_for(grant.tool, getattr(grant, "tier_specs", None))
+    verdict = evaluate(policy, grant, arguments)
     if not verdict.refused and verdict.risk_tier and key is None:
         raise ApiError(
             "malformed_request",
@@ -277,16 +282,58 @@ def propose(agent: Agent, proposal: Proposal, read: ReadGrant | None = None) -> 
             "(or conversation_id, step and call_index to derive one).",
         )
     if proposal.dry_run:
+        if policy.cumulative and not verdict.refused:  # the windows as they stand: a read, not a decision
+            verdict = evaluate(policy, grant, arguments, limits.usage_now(policy, grant.tool, agent, arguments))
         return _dry_run(agent, grant, arguments, verdict, proposal.conversation_id or "")
     if verdict.refused:
         return _replay_existing(agent, key, request_hash) or _refuse(agent, grant, proposal, arguments, verdict)
-    return _accept(agent, grant, proposal, arguments, verdict, key, request_hash)
+    return _accept(
+        agent, grant, proposal, arguments, verdict, key, request_hash, _judge(policy, grant, arguments, verdict)
+    )
 
 
 def _replay_existing(agent: Agent, key: str | None, request_hash: str) -> Proposed | None:
     """Return a replay of the accepted call holding `key`, if there is one."""
     existing = ToolCall.objects.select_related("tool").filter(agent=agent, idempotency_key=key).first() if key else None
     return _replay(existing, request_hash) if existing is not None else None
+
+
+@dataclass(frozen=True)
+class Judge:
+    """A proposal judged again as it is stored: under cumulative limits, or where a standing approval may cover it."""
+
+    policy: ToolPolicy
+    grant: Grant
+    arguments: JSONObject  # the real values (stored ones may be redacted)
+    verdict: Verdict  # the verdict without the limits' windows
+
+    def decide(self, call: ToolCall, now: datetime) -> tuple[Verdict, StandingApproval | None]:
+        """Inside the storing transaction: judge with the windows' totals (locked), then take a standing approval."""
+        verdict = self.verdict
+        if self.policy.cumulative:
+            verdict = limits.judge(
+                self.policy, self.grant, call.agent, self.arguments, call.arguments, call.tool_id, now
+            )
+        used = standing.use(call, verdict, self.arguments, now) if standing.covers(verdict) else None
+        return (verdict, None) if used is None else (standing.approved_by(verdict, used), used)
+
+
+def _judge(policy: ToolPolicy, grant: Grant, arguments: JSONObject, verdict: Verdict) -> Judge | None:
+    """Return how to judge the proposal again as it is stored, or None: the verdict stands (one-message path)."""
+    if policy.cumulative:
+        return Judge(policy, grant, arguments, verdict)
+    if standing.covers(verdict) and _standing_possible(grant):
+        return Judge(policy, grant, arguments, verdict)
+    return None
+
+
+def _standing_possible(grant: Grant) -> bool:
+    """Return whether a standing approval could cover the agent's call of this tool (read with the grant on
+    PostgreSQL, `approvals.store.authenticate_with_grant`; otherwise asked here)."""
+    possible = getattr(grant, "standing_possible", None)
+    if possible is None:
+        return standing.may_cover(grant.agent_id, grant.tool, timezone.now())
+    return bool(possible)
 
 
 def _accept(
@@ -297,8 +344,12 @@ def _accept(
     verdict: Verdict,
     key: str | None,
     request_hash: str,
+    judge: Judge | None = None,
 ) -> Proposed:
-    """Store an accepted proposal (approved or pending); a duplicate key becomes a replay."""
+    """Store an accepted proposal (approved or pending); a duplicate key becomes a replay.
+
+    `judge`: the tool has cumulative limits, so the verdict is taken again as the call is stored.
+    """
     call = _new_call(
         agent,
         grant,
@@ -311,7 +362,9 @@ def _accept(
         approvals_required=verdict.approvals_required,
     )
     try:
-        existing = _insert(call, verdict)
+        existing = _insert(call, verdict, judge)
+    except limits.Refused as raised:  # a limit raised it above the grant: refused, outside the rolled-back work
+        return _replay_existing(agent, key, request_hash) or _refuse(agent, grant, proposal, arguments, raised.verdict)
     except BudgetExhausted as spent_out:
         # Nothing was stored or spent; a key that already belongs to an accepted call still wins.
         return _replay_existing(agent, key, request_hash) or _refuse_gate(agent, grant, budget_error(spent_out))
@@ -322,25 +375,24 @@ def _accept(
     return Proposed(call=call, verdict=verdict)
 
 
-def _insert(call: ToolCall, verdict: Verdict) -> ToolCall | None:
+def _insert(call: ToolCall, verdict: Verdict, judge: Judge | None = None) -> ToolCall | None:
     """Insert the call with its audit event, spending its budgets; return the existing call if the key is taken.
 
     The unique constraint on (agent, idempotency_key) decides between concurrent
     duplicates: the loser's insert fails and it reads the winner's row. Budgets
     are spent in the same transaction, so a loser (a replay) spends nothing, and
-    BudgetExhausted leaves nothing stored.
+    BudgetExhausted leaves nothing stored. With a `judge` (cumulative limits, or a
+    standing approval that may cover it) the call is judged again and stored in one
+    transaction holding its windows' locks and its standing approval's use (so the
+    store's portable path); limits.Refused leaves nothing stored.
     """
     now = timezone.now()
     budgets = budgets_for(call.agent, call.conversation_id, now)
-    call.created_at = now
-    if verdict.outcome == Outcome.PENDING_APPROVAL and verdict.approval_window is not None:
-        call.expires_at = now + verdict.approval_window
-    if verdict.outcome == Outcome.APPROVED:
-        call.decided_at = now
-        call.approved_arguments_hash = call.arguments_hash
-        call.approved_tool_version = call.tool_version
     try:
-        lifecycle.propose(call, budgets, now)
+        if judge is None:
+            _store(call, verdict, budgets, now)
+        else:
+            _store_judged(call, judge, budgets, now)
     except IntegrityError:
         if call.idempotency_key is None:
             raise
@@ -348,6 +400,32 @@ def _insert(call: ToolCall, verdict: Verdict) -> ToolCall | None:
             agent=call.agent, idempotency_key=call.idempotency_key
         )
     return None
+
+
+def _store_judged(call: ToolCall, judge: Judge, budgets: list[Budget], now: datetime) -> None:
+    """Judge the call again and store it in one transaction: the limits' locks and a standing approval's use
+    commit (or roll back) with the call."""
+    with transaction.atomic():
+        verdict, used = judge.decide(call, now)
+        _store(call, verdict, budgets, now)
+        if used is not None:
+            standing.record_use(call, used)
+
+
+def _store(call: ToolCall, verdict: Verdict, budgets: list[Budget], now: datetime) -> None:
+    """Stamp the call with `verdict` and store it (lifecycle.propose); a refusal raises limits.Refused."""
+    if verdict.refused:
+        raise limits.Refused(verdict)
+    call.status, call.risk_tier, call.risk_reasons = verdict.outcome, verdict.risk_tier, verdict.risk_reasons
+    call.approvals_required = verdict.approvals_required
+    call.created_at = now
+    if verdict.outcome == Outcome.PENDING_APPROVAL and verdict.approval_window is not None:
+        call.expires_at = now + verdict.approval_window
+    if verdict.outcome == Outcome.APPROVED:
+        call.decided_at = now
+        call.approved_arguments_hash = call.arguments_hash
+        call.approved_tool_version = call.tool_version
+    lifecycle.propose(call, budgets, now)
 
 
 def _replay(existing: ToolCall, request_hash: str) -> Proposed:
@@ -389,6 +467,7 @@ def _new_call(
         justification=proposal.justification,
         risk_tier=verdict.risk_tier,
         risk_reasons=verdict.risk_reasons,
+        on_behalf_of=proposal.on_behalf_of,
         **fields,
     )
     call.sensitive_values = values

@@ -30,7 +30,7 @@ from psycopg.pq import TransactionStatus
 from agents.budgets import Budget, BudgetExhausted, first_spent_out, seconds_left, spend
 from agents.grants import ReadGrant, find_grant
 from agents.models import USED_WITHIN_CAP, Agent, BudgetCounter, CircuitBreaker, Grant, hash_token
-from approvals.models import ToolCall
+from approvals.models import StandingApproval, ToolCall
 from audit import store as chain_store
 from audit.chain import record_event, recorded
 from audit.models import Event
@@ -93,7 +93,9 @@ def _agent_and_grant_sql() -> str:
 
     The grant's side of the join is inner (grant, its enabled tool by that name, the
     tool's base tier); the agent's is outer, so an agent without that grant still
-    comes back. Column and table names come from the models; values are parameters.
+    comes back. It also says whether a standing approval could cover a call
+    (`approvals.standing.may_cover`), so a held proposal reads nothing more.
+    Column and table names come from the models; values are parameters.
     """
     breakers = f"FROM {_table(CircuitBreaker)} b WHERE b.agent_id = g.agent_id AND b.tool_id = g.tool_id"
     return f"""
@@ -102,7 +104,11 @@ SELECT {column_list(Agent, "a")}, {column_list(Grant, "g")}, {column_list(Tool, 
        (SELECT b.consecutive_failures {breakers} LIMIT 1),
        (SELECT json_agg(json_build_array(r.level, r.name, r.requires_approval, r.approvals_required,
                                          extract(epoch FROM r.approval_window)))::text
-        FROM {_table(RiskTier)} r)
+        FROM {_table(RiskTier)} r),
+       EXISTS(SELECT 1 FROM {_table(StandingApproval)} s
+              WHERE s.agent_id = a.id AND s.tool_id = t.id AND s.tool_version = t.version
+                AND s.activated_at IS NOT NULL AND s.revoked_at IS NULL AND s.expires_at > now()
+                AND s.uses < s.max_uses)
 FROM {_table(Agent)} a
 LEFT JOIN ({_table(Grant)} g
            JOIN {_table(Tool)} t ON t.id = g.tool_id AND t.name = %s AND t.enabled
@@ -120,7 +126,7 @@ def _grant_from_row(agent: Agent, row: Sequence[SQLValue]) -> Grant:
     tool.base_tier = instance_from_row(RiskTier, row[sizes[0] + sizes[1] : sum(sizes)])
     grant.tool = tool
     grant.agent = agent
-    grant.breaker_open, grant.breaker_failures, tiers = row[sum(sizes) :]
+    grant.breaker_open, grant.breaker_failures, tiers, grant.standing_possible = row[sum(sizes) :]
     grant.tier_specs = {
         level: TierSpec(level, name, requires, required, timedelta(seconds=float(window)))
         for level, name, requires, required, window in json.loads(tiers or "[]")

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from approvals import execution
+from approvals import (
+    execution,
+    telemetry,  # noqa: F401 — its task signals trace executions and name the call in logs
+)
 from approvals.messages import EXECUTE_CALL, Sent
 
 

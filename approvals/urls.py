@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from approvals.views import calls, decisions, overview, queue
+from approvals.views import batch, calls, decisions, overview, queue, standing
 
 app_name = "approvals"
 
@@ -12,6 +12,7 @@ urlpatterns = [
     path("", queue.queue, name="queue"),
     path("activity/", queue.activity, name="activity"),
     path("pending-count/", queue.pending_badge, name="pending_badge"),
+    path("batch/", batch.batch, name="batch"),
     path("overview/", overview.overview, name="overview"),
     path("breakers/<int:pk>/reset/", overview.reset_breaker, name="reset_breaker"),
     path("calls/<uuid:pk>/", calls.call_detail, name="call"),
@@ -20,4 +21,7 @@ urlpatterns = [
     path("calls/<uuid:pk>/approve/", decisions.approve, name="approve"),
     path("calls/<uuid:pk>/reject/", decisions.reject, name="reject"),
     path("calls/<uuid:pk>/edit/", decisions.edit, name="edit"),
+    path("standing/", standing.standing_list, name="standing"),
+    path("standing/<uuid:pk>/revoke/", standing.revoke, name="standing_revoke"),
+    path("standing/<uuid:pk>/approve/", standing.endorse, name="standing_approve"),
 ]

@@ -15,6 +15,7 @@ from typing import NamedTuple
 from uuid import UUID
 
 from agents.models import Agent, Grant
+from approvals.limits import ReplayWindows
 from approvals.models import ToolCall
 from audit.typealiases import JSONValue
 from toolcatalog.policy import Outcome, TierGrant, ToolPolicy, Verdict, evaluate
@@ -120,18 +121,24 @@ def replay(policy: ToolPolicy, rows: Iterable[CallRow], *, listed: int = 200) ->
     """Judge every row again under `policy`; return the counts and the first `listed` changed calls.
 
     `evaluate()` is pure, so two calls with the same arguments and the same grant
-    get the same verdict: it is computed once per (arguments, grant).
+    get the same verdict: it is computed once per (arguments, grant). Under cumulative
+    limits each call is judged with its windows' totals (limits.ReplayWindows), one by one.
     """
     started = time.perf_counter()
     report = WhatIfReport()
     verdicts: dict[tuple[str, int | None], Verdict] = {}
     grants = {level: TierGrant(level) for level in range(4)}
+    windows = ReplayWindows(policy) if policy.cumulative else None
     for row in rows:
         key = (row.arguments_hash, row.max_tier)
-        verdict = verdicts.get(key)
-        if verdict is None:
-            grant = grants.get(row.max_tier) if row.max_tier is not None else None
-            verdict = verdicts[key] = evaluate(policy, grant, row.arguments)
+        grant = grants.get(row.max_tier) if row.max_tier is not None else None
+        if windows is not None:
+            verdict = evaluate(
+                policy, grant, row.arguments, windows.usage(row.agent_name, row.arguments, row.created_at)
+            )
+            windows.add(row.agent_name, row.arguments, row.created_at, row.status)
+        else:
+            verdict = verdicts.get(key) or verdicts.setdefault(key, evaluate(policy, grant, row.arguments))
         _count(report, row, verdict, listed)
     report.seconds = time.perf_counter() - started
     return report

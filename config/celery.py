@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from celery import Celery
+from django.conf import LazySettings
 
 from config import embedded_broker
 
@@ -23,18 +24,9 @@ def configure(sender: object, **kwargs: object) -> None:
     """Apply Gatehouse's delivery guarantees from Django settings (on first use)."""
     from django.conf import settings
 
-    broker_url = settings.CELERY_BROKER_URL
-    transport_options: dict[str, object] = {
-        # Above the hard time limit, so Redis never re-delivers a task still running.
-        "visibility_timeout": settings.CELERY_TASK_HARD_TIME_LIMIT * 3,
-    }
-    broker_transport = None
-    if embedded_broker.is_embedded(broker_url):
-        # A dotted transport path is only honoured as a setting, never from the URL.
-        broker_transport = embedded_broker.TRANSPORT
-        transport_options.update(embedded_broker.transport_options(Path(settings.CELERY_EMBEDDED_BROKER_DIR).resolve()))
+    broker_transport, transport_options = _broker(settings)
     app.conf.update(  # the sender is `app`: only it sends its on_configure
-        broker_url=broker_url,
+        broker_url=settings.CELERY_BROKER_URL,
         broker_transport=broker_transport,
         broker_transport_options=transport_options,
         broker_connection_retry_on_startup=True,
@@ -52,18 +44,41 @@ def configure(sender: object, **kwargs: object) -> None:
         accept_content=["json"],
         timezone="UTC",
         worker_hijack_root_logger=False,
-        beat_schedule={
-            "sweep": {
-                "task": "approvals.tasks.sweep",
-                "schedule": float(settings.CELERY_SWEEP_INTERVAL_SECONDS),
-            },
-            # Reminders and escalations that fell due; deliveries to retry or take back from a dead worker.
-            "notifications-sweep": {
-                "task": "notifications.tasks.sweep",
-                "schedule": float(settings.CELERY_SWEEP_INTERVAL_SECONDS),
-            },
-        },
+        beat_schedule=_beat_schedule(settings),
     )
+
+
+def _broker(settings: LazySettings) -> tuple[str | None, dict[str, object]]:
+    """Return the broker's transport (None: the URL's own) and its options."""
+    transport_options: dict[str, object] = {
+        # Above the hard time limit, so Redis never re-delivers a task still running.
+        "visibility_timeout": settings.CELERY_TASK_HARD_TIME_LIMIT * 3,
+    }
+    if not embedded_broker.is_embedded(settings.CELERY_BROKER_URL):
+        return None, transport_options
+    # A dotted transport path is only honoured as a setting, never from the URL.
+    transport_options.update(embedded_broker.transport_options(Path(settings.CELERY_EMBEDDED_BROKER_DIR).resolve()))
+    return embedded_broker.TRANSPORT, transport_options
+
+
+def _beat_schedule(settings: LazySettings) -> dict[str, dict[str, object]]:
+    """Return the periodic tasks beat sends."""
+    return {
+        "sweep": {
+            "task": "approvals.tasks.sweep",
+            "schedule": float(settings.CELERY_SWEEP_INTERVAL_SECONDS),
+        },
+        # Reminders and escalations that fell due; deliveries to retry or take back from a dead worker.
+        "notifications-sweep": {
+            "task": "notifications.tasks.sweep",
+            "schedule": float(settings.CELERY_SWEEP_INTERVAL_SECONDS),
+        },
+        # Upstream MCP servers' tools/list into the catalog (new, changed and removed tools).
+        "upstreams-sync": {
+            "task": "toolcatalog.tasks.sync_upstreams",
+            "schedule": float(settings.GATEHOUSE_UPSTREAM_SYNC_SECONDS),
+        },
+    }
 
 
 app.autodiscover_tasks()

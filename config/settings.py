@@ -90,6 +90,8 @@ INSTALLED_APPS = [
     "accounts",
     "toolcatalog",
     "agents",
+    "oauth2_provider",
+    "oauth",
     "approvals",
     "notifications",
 ]
@@ -201,7 +203,11 @@ WHITENOISE_USE_FINDERS = True
 # Login throttling (console and admin), by django-axes: FAILURE_LIMIT failed logins for one
 # account, or from one address, refuse further logins for it for COOLOFF minutes (an admin
 # can unlock sooner: Admin → Axes → Access attempts). Axes' backend must come first.
-AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "accounts.backends.PasswordBackend",  # Django's, off for all but superusers when GATEHOUSE_PASSWORD_LOGIN=0
+    "accounts.oidc.OidcBackend",  # SSO (below); answers only the provider's callback
+]
 AXES_FAILURE_LIMIT = env_int("GATEHOUSE_LOGIN_FAILURE_LIMIT", 5)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("GATEHOUSE_LOGIN_COOLOFF_MINUTES", 15))
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # either one reaching the limit locks
@@ -216,6 +222,57 @@ AXES_LOCKOUT_CALLABLE = "accounts.lockout.lockout_response"
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+# Reviewer SSO through an OpenID Connect provider (accounts/oidc.py, docs/identity.md): on when an issuer and a
+# client id are set. Endpoints come from the issuer's discovery document. Provider groups (in the claim named
+# below) map to Gatehouse groups through Admin → Accounts → Group mappings; nobody maps, nobody signs in.
+GATEHOUSE_OIDC_ISSUER = os.environ.get("GATEHOUSE_OIDC_ISSUER", "")
+OIDC_RP_CLIENT_ID = os.environ.get("GATEHOUSE_OIDC_CLIENT_ID", "")
+OIDC_RP_CLIENT_SECRET = os.environ.get("GATEHOUSE_OIDC_CLIENT_SECRET", "")
+OIDC_RP_SCOPES = os.environ.get("GATEHOUSE_OIDC_SCOPES", "openid email profile")
+OIDC_RP_SIGN_ALGO = os.environ.get("GATEHOUSE_OIDC_SIGN_ALGO", "RS256")
+GATEHOUSE_OIDC_GROUPS_CLAIM = os.environ.get("GATEHOUSE_OIDC_GROUPS_CLAIM", "groups")
+OIDC_USE_PKCE = True
+OIDC_STORE_ID_TOKEN = True  # sign-out names the session to end at the provider with it
+OIDC_TIMEOUT = env_int("GATEHOUSE_OIDC_TIMEOUT_SECONDS", 10)
+LOGIN_REDIRECT_URL_FAILURE = "/accounts/login/?sso=refused"
+# 0: the password form signs in the break-glass superuser(s) only; everyone else uses SSO.
+GATEHOUSE_PASSWORD_LOGIN = env_bool("GATEHOUSE_PASSWORD_LOGIN", True)
+
+# OAuth 2.1 for /mcp (oauth/, docs/identity.md): Gatehouse is the authorization server (django-oauth-toolkit)
+# and the protected resource. Authorization code with PKCE S256 only, public clients registered dynamically,
+# tokens for the /mcp resource only, short-lived and refreshed (each refresh token used once).
+OAUTH2_PROVIDER_APPLICATION_MODEL = "oauth2_provider.Application"  # named, so migrations can depend on it
+OAUTH2_PROVIDER = {
+    "SCOPES": {"mcp": "Propose tool calls through Gatehouse as the agent you choose"},
+    "DEFAULT_SCOPES": ["mcp"],
+    "PKCE_REQUIRED": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_METHOD": True,  # `plain` refused, not advertised
+    "COMPLIANT_BCP_RFC9700_IMPLICIT_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PASSWORD_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_ACCESS_TOKEN_TRANSPORT": True,  # the Authorization header only, never the query
+    "COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS": True,  # RFC 9207: the code comes back naming its issuer
+    "COMPLIANT_BCP_RFC9700_TOKEN_STORAGE": True,  # tokens kept hashed at rest
+    "OAUTH2_RESPONSE_TYPES_SUPPORTED": ["code"],
+    "OAUTH2_GRANT_TYPES_SUPPORTED": ["authorization_code", "refresh_token"],
+    "OAUTH2_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED": ["none"],
+    "AUTHORIZATION_CODE_EXPIRE_SECONDS": 60,
+    "ACCESS_TOKEN_EXPIRE_SECONDS": env_int("GATEHOUSE_OAUTH_ACCESS_TOKEN_SECONDS", 600),
+    "REFRESH_TOKEN_EXPIRE_SECONDS": env_int("GATEHOUSE_OAUTH_REFRESH_TOKEN_SECONDS", 30 * 24 * 3600),
+    "ROTATE_REFRESH_TOKEN": True,
+    "REFRESH_TOKEN_REUSE_PROTECTION": True,
+    "REQUEST_APPROVAL_PROMPT": "force",  # the person sees the consent page every time
+    "DCR_ENABLED": True,
+    "DCR_REGISTRATION_PERMISSION_CLASSES": ("oauth2_provider.dcr.AllowAllDCRPermission",),
+    # Client ID Metadata Documents: a client_id that is an https URL is fetched (SSRF-hardened) and held to the
+    # same rules as a registration. GATEHOUSE_OAUTH_CIMD=0 turns it off.
+    "CIMD_ENABLED": env_bool("GATEHOUSE_OAUTH_CIMD", True),
+    "CIMD_METADATA_FETCHER": "oauth.cimd.CheckedMetadataFetcher",
+    "OAUTH2_PROTECTED_RESOURCE_NAME": "Gatehouse MCP endpoint",
+}
+# Native MCP hosts (VS Code, SDKs) receive codes on http://127.0.0.1:PORT (RFC 8252 §7.3), so the toolkit's
+# warning about http redirect URIs is silenced: oauth/registration.py accepts http on loopback addresses only.
+SILENCED_SYSTEM_CHECKS = ["oauth2_provider.W008"]
 
 # Agent API limits. Bodies above 1 MiB get 413 before anything parses them.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
@@ -249,6 +306,9 @@ GATEHOUSE_DEMO_SERVICES_URL = os.environ.get("GATEHOUSE_DEMO_SERVICES_URL", "htt
 GATEHOUSE_MCP_ALLOWED_ORIGINS = env_list("GATEHOUSE_MCP_ALLOWED_ORIGINS", [])
 GATEHOUSE_MCP_WAIT_SECONDS = env_int("GATEHOUSE_MCP_WAIT_SECONDS", 5)
 GATEHOUSE_MCP_CATALOG_POLL_SECONDS = env_int("GATEHOUSE_MCP_CATALOG_POLL_SECONDS", 2)
+# Upstream MCP servers: how often beat syncs their tools, and how long a request to one may wait for its answer.
+GATEHOUSE_UPSTREAM_SYNC_SECONDS = env_int("GATEHOUSE_UPSTREAM_SYNC_SECONDS", 300)
+GATEHOUSE_UPSTREAM_TIMEOUT_SECONDS = env_int("GATEHOUSE_UPSTREAM_TIMEOUT_SECONDS", 20)
 
 # Celery: Redis in production and tests; by default the embedded broker, a folder of
 # message files under VAR_DIR (`embedded://`; `filesystem://` names it too).
@@ -287,7 +347,6 @@ GATEHOUSE_NOTIFY_MAX_ATTEMPTS = env_int("GATEHOUSE_NOTIFY_MAX_ATTEMPTS", 8)
 GATEHOUSE_NOTIFY_BACKOFF_SECONDS = env_int("GATEHOUSE_NOTIFY_BACKOFF_SECONDS", 2)
 GATEHOUSE_NOTIFY_LEASE_SECONDS = env_int("GATEHOUSE_NOTIFY_LEASE_SECONDS", 30)
 
-
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads nothing from it; the token travels in hx-headers
 X_FRAME_OPTIONS = "DENY"
@@ -302,11 +361,29 @@ if HTTPS:
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
 
+# Prometheus scrapes /metrics with this bearer token; unset, the endpoint does not exist.
+GATEHOUSE_METRICS_TOKEN = os.environ.get("GATEHOUSE_METRICS_TOKEN", "")
+# plain: one line of text per record; json: one JSON object per line, with the call id being handled.
+LOG_FORMAT = os.environ.get("GATEHOUSE_LOG_FORMAT", "plain")
+if LOG_FORMAT not in {"plain", "json"}:
+    raise ImproperlyConfigured(f"GATEHOUSE_LOG_FORMAT={LOG_FORMAT!r} is not plain or json")
+# Traces are exported over OTLP/HTTP or to the console (approvals.telemetry): refuse at start what it cannot do.
+for _variable in ("OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"):
+    if os.environ.get(_variable, "").strip() not in {"", "http/protobuf"}:
+        raise ImproperlyConfigured(f"{_variable}={os.environ[_variable]!r}: Gatehouse exports http/protobuf only")
+if os.environ.get("OTEL_TRACES_EXPORTER", "").strip().lower() not in {"", "otlp", "console", "none"}:
+    raise ImproperlyConfigured(
+        f"OTEL_TRACES_EXPORTER={os.environ['OTEL_TRACES_EXPORTER']!r}: use otlp, console or none"
+    )
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "approvals.telemetry.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     # An expected refusal (any 4xx, a replay's aborted pipeline) is one quiet line, not a warning.
     "filters": {

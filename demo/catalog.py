@@ -191,4 +191,9 @@ AGENTS: dict[str, tuple[str, dict[str, int]]] = {
         {"search_seats": 0, "hold_seats": 1, "release_hold": 1},
     ),
     "visitor": ("An anonymous visitor: may only search seats.", {"search_seats": 0}),
+    "box-office-upstream": (
+        "Box office through its own MCP server (the upstream boxoffice): a hold of more than two seats waits "
+        "for a reviewer.",
+        {"boxoffice_search_seats": 0, "boxoffice_hold_seats": 2, "boxoffice_release_hold": 1},
+    ),
 }

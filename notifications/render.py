@@ -56,7 +56,7 @@ def card(call: ToolCall, now: datetime | None = None) -> CallCard:
     return CallCard(
         call_id=str(call.pk),
         tool=call.tool.name,
-        agent=call.agent.name,
+        agent=call.proposer,  # "support-agent for carla@…" when an OAuth client acted for a person
         status=call.get_status_display(),
         tier=call.risk_tier,
         reasons=[_reason(reason) for reason in call.risk_reasons or []],

@@ -16,7 +16,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST
 
-from approvals.views.access import _get_call_for_reviewer, reviewer_required
+from approvals.views.access import get_call_for_reviewer, reviewer_required
 from approvals.views.calls import preview_rows
 from approvals.views.present import argument_rows, preview_title
 from audit.http import ConsoleRequest
@@ -33,7 +33,7 @@ def decide(request: ConsoleRequest, token: str) -> HttpResponse:
         bound = links.read_token(token)
     except (signing.BadSignature, ValueError):
         return render(request, "notifications/link_invalid.html", status=400)
-    call = _get_call_for_reviewer(request, bound.call_id)
+    call = get_call_for_reviewer(request, bound.call_id)
     if request.method == "POST":
         outcome = deciding.decide(bound, request.user, request.POST.get("decision", ""), request.POST.get("reason", ""))
         (messages.success if outcome.counted else messages.error)(request, outcome.text)

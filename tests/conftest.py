@@ -25,7 +25,14 @@ from agents.models import Agent
 from agents.provisioning import create_or_update_agent
 
 # Fixtures that start real processes (Celery workers, beat, servers), and the app's database role, live apart.
-pytest_plugins = ["tests.processes", "tests.mcp_server", "tests.browser", "tests.app_role", "tests.notification_peers"]
+pytest_plugins = [
+    "tests.processes",
+    "tests.mcp_server",
+    "tests.browser",
+    "tests.app_role",
+    "tests.notification_peers",
+    "tests.upstream_peers",
+]
 
 
 def _reachable(url: str, default_port: int) -> bool:

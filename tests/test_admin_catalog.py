@@ -286,7 +286,7 @@ def test_a_new_tool_with_rules_is_created_and_audited(admin_browser: AdminBrowse
             {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}
         ),
         "base_tier": tier0,
-        "executor_kind": "http",
+        "executor_kind": "gatehouse_protocol",
         "executor_ref": "/demo-services/tools/cancel_order",
         "resource_argument": "order_id",
         "rules-TOTAL_FORMS": 1,

@@ -31,7 +31,8 @@ def test_seed_demo_is_idempotent(tmp_path) -> None:
     output = run("seed_demo", "--password", "pw-123456", "--tokens-file", str(tokens))
     assert dict(Tool.objects.values_list("name", "version")) == versions
     assert (Tool.objects.count(), RiskRule.objects.count(), RiskTier.objects.count(), Agent.objects.count()) == counts
-    assert counts == (5, 2, 4, 3)
+    # The demo's five tools and the box office's three, synced from its MCP server; three rules; four agents.
+    assert counts == (8, 3, 4, 4)
     assert "support-agent" in output and "alice" in output
 
 
@@ -39,7 +40,7 @@ def test_seed_demo_tokens_work_and_are_stored_hashed(tmp_path) -> None:
     tokens_file = tmp_path / "tokens.json"
     run("seed_demo", "--tokens-file", str(tokens_file))
     tokens = json.loads(tokens_file.read_text())
-    assert set(tokens) == {"support-agent", "box-office-agent", "visitor"}
+    assert set(tokens) == {"support-agent", "box-office-agent", "box-office-upstream", "visitor"}
     visitor = Agent.objects.get(name="visitor")
     assert visitor.token_hash == hash_token(tokens["visitor"])
     assert tokens["visitor"] not in visitor.token_hash

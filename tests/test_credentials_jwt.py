@@ -230,9 +230,9 @@ def test_the_jwks_is_public_keys_only_with_cache_headers(client: Any, key_dir: P
 
 def test_a_tools_audience_is_its_setting_or_its_downstreams_origin(settings: Any) -> None:
     settings.GATEHOUSE_DEMO_SERVICES_URL = "http://127.0.0.1:8000"
-    demo = Tool(name="t", executor_kind="http", executor_ref="/demo-services/tools/t")
-    remote = Tool(name="u", executor_kind="http", executor_ref="https://pay.example:8443/v1/refunds")
-    named = Tool(name="v", executor_kind="http", executor_ref="/x", audience="urn:payments")
+    demo = Tool(name="t", executor_kind="gatehouse_protocol", executor_ref="/demo-services/tools/t")
+    remote = Tool(name="u", executor_kind="gatehouse_protocol", executor_ref="https://pay.example:8443/v1/refunds")
+    named = Tool(name="v", executor_kind="gatehouse_protocol", executor_ref="/x", audience="urn:payments")
 
     assert audience_for(demo) == "http://127.0.0.1:8000"
     assert audience_for(remote) == "https://pay.example:8443"

@@ -300,7 +300,7 @@ def test_the_readme_mcp_example_with_an_agent_not_granted_the_tool_prints_the_re
 def test_make_demo_prints_each_demo_agents_token(demo_stack: DemoStack) -> None:
     tokens = json.loads((demo_stack.var_dir / "demo-tokens.json").read_text())
 
-    assert set(tokens) == {"support-agent", "box-office-agent", "visitor"}
+    assert set(tokens) == {"support-agent", "box-office-agent", "visitor", "box-office-upstream"}
     assert all(f"{name:<17} {token}  " in demo_stack.log() for name, token in tokens.items())
 
 

@@ -23,7 +23,7 @@ from demo.models import Order, Refund
 from tests.conftest import refund
 from tests.processes import BASE_DIR, CeleryWorker, free_port, http_server, wait_until
 from toolcatalog.executors import ExecutionContext, PermanentError, RetryableError
-from toolcatalog.executors.http import HttpExecutor
+from toolcatalog.executors.http import GatehouseProtocolExecutor
 
 pytestmark = pytest.mark.worker
 
@@ -232,7 +232,7 @@ def test_the_http_executor_classifies_an_unreachable_downstream_as_retryable(set
     settings.GATEHOUSE_DEMO_SERVICES_URL = f"http://127.0.0.1:{free_port()}"
 
     with pytest.raises(RetryableError):
-        HttpExecutor("/demo-services/tools/emitir_estorno").execute(executor_context())
+        GatehouseProtocolExecutor("/demo-services/tools/emitir_estorno").execute(executor_context())
 
 
 class RecordingDownstream(BaseHTTPRequestHandler):
@@ -264,7 +264,7 @@ def recording_downstream() -> Iterator[str]:
 
 def test_the_http_executor_sends_no_cookie_a_downstream_set_on_an_earlier_call(recording_downstream: str) -> None:
     # Each request carries its own call's credential and nothing another call was given.
-    executor = HttpExecutor(f"{recording_downstream}/tools/search")
+    executor = GatehouseProtocolExecutor(f"{recording_downstream}/tools/search")
 
     executor.execute(executor_context("credential-of-call-1"))
     executor.execute(executor_context("credential-of-call-2"))
@@ -277,9 +277,9 @@ EXECUTE_IN_A_FRESH_PROCESS = """
 import django
 django.setup()
 from toolcatalog.executors import ExecutionContext
-from toolcatalog.executors.http import HttpExecutor
+from toolcatalog.executors.http import GatehouseProtocolExecutor
 context = ExecutionContext("search_seats", {}, None, "c-1", "box-office-agent", "k-1", "credential")
-HttpExecutor("http://downstream.invalid/tools/search").execute(context)
+GatehouseProtocolExecutor("http://downstream.invalid/tools/search").execute(context)
 """
 PROXY_VARIABLES = {"http_proxy", "https_proxy", "all_proxy", "no_proxy"}
 
@@ -297,14 +297,14 @@ def test_the_http_executor_goes_through_the_proxy_the_environment_names(recordin
 def test_the_http_executor_classifies_a_malformed_url_as_permanent() -> None:
     # An executor reference the admin let through (it starts with http://) but no request can be sent to.
     with pytest.raises(PermanentError) as refused:
-        HttpExecutor("http://[not-a-host/tools/search").execute(executor_context())
+        GatehouseProtocolExecutor("http://[not-a-host/tools/search").execute(executor_context())
 
     assert "cannot be requested" in str(refused.value)
 
 
 def test_the_http_executor_classifies_a_4xx_as_permanent(demo_services: str) -> None:
     with pytest.raises(PermanentError) as refused:
-        HttpExecutor("/demo-services/tools/emitir_estorno").execute(executor_context())
+        GatehouseProtocolExecutor("/demo-services/tools/emitir_estorno").execute(executor_context())
 
     assert refused.value.detail["status"] == 403
     assert not Refund.objects.exists()

@@ -46,7 +46,7 @@ def held_payment(catalog: Any, agent_api: Callable[..., AgentApi]) -> ToolCall:
         name="pay_invoice",
         input_schema=SCHEMA,
         base_tier=RiskTier.objects.get(level=2),
-        executor_kind="http",
+        executor_kind="gatehouse_protocol",
         executor_ref="http://127.0.0.1:9/pay",
         resource_argument="invoice_id",
     )

@@ -236,10 +236,15 @@ class Forms(HTMLParser):
         values = {name: unescape(value or "") for name, value in attrs}
         if tag == "form":
             self.forms.append((values.get("action", ""), {}))
-        elif tag == "input" and self.forms and "name" in values:
+        elif tag == "input" and self.forms and "name" in values and self._submitted(values):
             self.forms[-1][1][values["name"]] = values.get("value", "")
         if tag == "input":
             self.inputs.append(values)
+
+    @staticmethod
+    def _submitted(values: dict[str, str]) -> bool:
+        """A browser sends a checkbox or radio button only when it is checked."""
+        return values.get("type") not in ("checkbox", "radio") or "checked" in values
 
     def form(self, action_suffix: str, having: str = "") -> dict[str, str]:
         return next(v for action, v in self.forms if action.endswith(action_suffix) and (not having or having in v))
@@ -291,7 +296,7 @@ def pay_invoice_tool(url: str) -> Tool:
         description="Pay an invoice with a card; the card's token and the PIN are secrets.",
         input_schema=SCHEMA,
         base_tier=RiskTier.objects.get(level=2),
-        executor_kind="http",
+        executor_kind="gatehouse_protocol",
         executor_ref=url,
         resource_argument="invoice_id",
         read_only_hint=False,

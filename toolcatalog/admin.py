@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TypedDict
 
 from django.contrib import admin
+from django.contrib.admin.options import InlineModelAdmin
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, QuerySet
@@ -19,12 +20,15 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django_stubs_ext import WithAnnotations
 
-from audit.typealiases import DjangoValue, JSONObject
+from audit.typealiases import DjangoValue, JSONObject, JSONValue
 from toolcatalog.adminkit import AuditedModelAdmin
+from toolcatalog.approvers_admin import ApproverGroupInline, approvers_snapshot
 from toolcatalog.forms import RiskRuleForm, RiskTierForm, ToolAdminForm, TryArgumentsForm
-from toolcatalog.models import RiskRule, RiskTier, Tool
+from toolcatalog.httptools import HTTP_INLINES, http_snapshot
+from toolcatalog.limits_admin import CumulativeRuleInline, limits_snapshot
+from toolcatalog.models import ExecutorKind, RiskRule, RiskTier, Tool
 from toolcatalog.policies import policy_for, tier_specs
-from toolcatalog.policy import TierGrant, evaluate
+from toolcatalog.policy import TierGrant, ToolPolicy, Usage, evaluate
 from toolcatalog.signals import announce_policy_change
 
 
@@ -63,7 +67,7 @@ class _RuleCount(TypedDict):
 class ToolAdmin(AuditedModelAdmin[Tool]):
     form = ToolAdminForm
     change_form_template = "admin/toolcatalog/tool/change_form.html"
-    inlines = [RiskRuleInline]
+    inlines = [RiskRuleInline, CumulativeRuleInline, ApproverGroupInline, *HTTP_INLINES]
     list_display = [
         "name",
         "title",
@@ -91,6 +95,13 @@ class ToolAdmin(AuditedModelAdmin[Tool]):
         ("Execution", {"fields": ["executor_kind", "executor_ref", "audience"]}),
     ]
 
+    def get_inlines(self, request: HttpRequest, obj: Tool | None) -> list[type[InlineModelAdmin[DjangoValue, Tool]]]:
+        """Return the inlines; an HTTP API's request only on a new tool's page and on `http` tools' pages."""
+        inlines = list(super().get_inlines(request, obj))
+        if obj is None or obj.executor_kind == ExecutorKind.HTTP:
+            return inlines
+        return [inline for inline in inlines if inline not in HTTP_INLINES]
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[Tool]:
         tools: QuerySet[Tool] = super().get_queryset(request).annotate(rule_count=Count("rules"))
         return tools
@@ -101,18 +112,23 @@ class ToolAdmin(AuditedModelAdmin[Tool]):
 
     def audit_related(self, tool: Tool) -> JSONObject:
         rules = RiskRule.objects.filter(tool=tool).select_related("tier").order_by("name")
-        return {
-            "rules": [
-                {
-                    "name": r.name,
-                    "description": r.description,
-                    "condition": r.condition,
-                    "tier": r.tier.level,
-                    "enabled": r.enabled,
-                }
-                for r in rules
-            ]
-        }
+        return (
+            {
+                "rules": [
+                    {
+                        "name": r.name,
+                        "description": r.description,
+                        "condition": r.condition,
+                        "tier": r.tier.level,
+                        "enabled": r.enabled,
+                    }
+                    for r in rules
+                ]
+            }
+            | limits_snapshot(tool)
+            | http_snapshot(tool)
+            | approvers_snapshot(tool)
+        )
 
     def audit_names(self, tool: Tool) -> dict[str, str]:
         return {"tool_name": tool.name}
@@ -172,6 +188,13 @@ class ToolAdmin(AuditedModelAdmin[Tool]):
             },
         )
 
+    def window_usage(self, tool: Tool, policy: ToolPolicy, agent_name: str, arguments: JSONValue) -> dict[str, Usage]:
+        """Return the totals of the tool's cumulative limits now: the calls live above the catalog, so none here.
+
+        The admin that knows the calls (approvals.admin) reads them.
+        """
+        return {}
+
     def try_arguments_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """Judge pasted arguments with the tool's current policy, through the same evaluate() the API runs."""
         tool = self.viewable_tool(request, object_id)
@@ -179,7 +202,9 @@ class ToolAdmin(AuditedModelAdmin[Tool]):
         verdict, tiers = None, tier_specs()
         if request.method == "POST" and form.is_valid():
             data = form.cleaned_data
-            verdict = evaluate(policy_for(tool, tiers), TierGrant(data["max_tier"]), data["arguments"])
+            policy = policy_for(tool, tiers)
+            usage = self.window_usage(tool, policy, data.get("agent", ""), data["arguments"])
+            verdict = evaluate(policy, TierGrant(data["max_tier"]), data["arguments"], usage)
         return self.tool_page(
             request,
             tool,
@@ -189,3 +214,7 @@ class ToolAdmin(AuditedModelAdmin[Tool]):
             verdict=verdict,
             tier=tiers.get(verdict.risk_tier) if verdict and verdict.risk_tier is not None else None,
         )
+
+
+# Upstream MCP servers and their tools (pages of their own).
+from toolcatalog import upstreams_admin  # noqa: E402, F401

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import jwt
 from django.conf import settings
 
-from toolcatalog.executors.http import HttpExecutor
+from toolcatalog.executors.http import GatehouseProtocolExecutor
 from toolcatalog.models import ExecutorKind, Tool
 from vault import signing
 
@@ -51,8 +51,9 @@ def audience_for(tool: Tool) -> str:
     """
     if tool.audience:
         return tool.audience
-    if tool.executor_kind == ExecutorKind.HTTP:
-        parts = urlsplit(HttpExecutor(tool.executor_ref).url())
+    # An HTTP API's URL template takes arguments only after its origin (toolcatalog.forms checks it).
+    if tool.executor_kind in (ExecutorKind.GATEHOUSE_PROTOCOL, ExecutorKind.HTTP):
+        parts = urlsplit(GatehouseProtocolExecutor(tool.executor_ref).url())
         return f"{parts.scheme}://{parts.netloc}"
     return f"python:{tool.executor_ref}"
 

@@ -14,6 +14,7 @@ from django.utils.module_loading import import_string
 
 from audit.typealiases import DjangoValue, JSONObject, JSONValue
 from toolcatalog.executors.base import Executor
+from toolcatalog.executors.httpapi import url_template_problems
 from toolcatalog.models import TIER_LEVELS, ExecutorKind, RiskRule, RiskTier, Tool
 from toolcatalog.schemacheck import input_schema_problems, schema_problems
 
@@ -117,6 +118,9 @@ class ToolAdminForm(forms.ModelForm[Tool]):
         problem = executor_problem(data.get("executor_kind"), data.get("executor_ref"))
         if problem:
             self.add_error("executor_ref", problem)
+        if data.get("executor_kind") == ExecutorKind.HTTP and isinstance(schema, dict):
+            for problem in url_template_problems(data.get("executor_ref") or "", schema.get("properties") or {}):
+                self.add_error("executor_ref", problem)
         return data
 
 
@@ -124,9 +128,11 @@ def executor_problem(kind: str | None, ref: str | None) -> str | None:
     """Return why (kind, ref) cannot name an executor, or None if it can."""
     if not kind or not ref:
         return None
-    if kind == ExecutorKind.HTTP:
+    if kind == ExecutorKind.GATEHOUSE_PROTOCOL:
         ok = ref.startswith("/") or ref.startswith(("http://", "https://"))
-        return None if ok else "An HTTP executor is a path on the demo services (/…) or an http(s):// URL."
+        return None if ok else "A Gatehouse protocol endpoint is a path on the demo services (/…) or an http(s):// URL."
+    if kind == ExecutorKind.HTTP:
+        return None  # a URL template, checked against the input schema (ToolAdminForm.clean)
     try:
         target = import_string(ref)
     except ImportError as exc:
@@ -199,6 +205,12 @@ class TryArgumentsForm(forms.Form):
         initial=3,
         label="Agent's grant up to",
         help_text="Judge the call as an agent whose grant on this tool allows up to this tier.",
+    )
+    agent = forms.CharField(
+        required=False,
+        max_length=100,
+        label="Agent's name",
+        help_text="For limits per agent: judge with this agent's calls in the window (empty: those are left out).",
     )
 
     def clean_arguments(self) -> JSONValue:

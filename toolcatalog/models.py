@@ -5,12 +5,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.contrib.auth.models import Group
-from django.core.validators import MaxValueValidator, RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import F
+from django.db.models.functions import Lower
 
 from audit.typealiases import DjangoValue
 from toolcatalog.signals import announce_policy_change
+from vault.fields import EncryptedTextField
 
 TIER_LEVELS = [(0, "0 — read"), (1, "1 — reversible write"), (2, "2 — irreversible write"), (3, "3 — critical")]
 
@@ -36,6 +38,11 @@ class RiskTier(models.Model):
         related_name="+",
         help_text="Only members of this group may approve calls at this tier. Empty: any reviewer.",
     )
+    allows_standing_approvals = models.BooleanField(
+        default=False,
+        help_text="Tier 3 only: reviewers may approve calls like one they approve, for a while (standing "
+        "approvals). Lower tiers always may; a standing approval takes this tier's approvals.",
+    )
 
     class Meta:
         ordering = ["level"]
@@ -49,7 +56,9 @@ tool_name_validator = RegexValidator(r"^[A-Za-z0-9_.-]{1,100}$", "Letters, digit
 
 class ExecutorKind(models.TextChoices):
     PYTHON = "python", "Python callable (dotted path)"
-    HTTP = "http", "HTTP endpoint"
+    GATEHOUSE_PROTOCOL = "gatehouse_protocol", "Gatehouse protocol (three routes)"
+    HTTP = "http", "HTTP API (method, URL template, headers)"
+    MCP = "mcp", "Upstream MCP server tool"
 
 
 class Tool(models.Model):
@@ -65,10 +74,14 @@ class Tool(models.Model):
     idempotent_hint = models.BooleanField(default=False)
     open_world_hint = models.BooleanField(default=True)
     base_tier = models.ForeignKey(RiskTier, on_delete=models.PROTECT, related_name="+")
-    executor_kind = models.CharField(max_length=16, choices=ExecutorKind.choices, default=ExecutorKind.HTTP)
+    executor_kind = models.CharField(
+        max_length=32, choices=ExecutorKind.choices, default=ExecutorKind.GATEHOUSE_PROTOCOL
+    )
     executor_ref = models.CharField(
         max_length=300,
-        help_text="python: a dotted path to an executor class; http: a path or URL the call is POSTed to.",
+        help_text="python: a dotted path to an executor class; gatehouse_protocol: a path or URL the call is "
+        "POSTed to (…/preview and …/verify beside it); http: the URL template, e.g. "
+        "https://api.example.com/orders/{order_id}/cancel ({name}: that argument, percent-encoded).",
     )
     audience = models.CharField(
         max_length=300,
@@ -151,3 +164,192 @@ class RiskRule(models.Model):
         result = super().delete(*args, **kwargs)
         tool.bump_version()
         return result
+
+
+class CumulativeScope(models.TextChoices):
+    AGENT = "agent", "Per agent"
+    RESOURCE = "resource", "Per resource (the tool's resource argument)"
+    TOOL = "tool", "The whole tool"
+
+
+class CumulativeRule(models.Model):
+    """Raises a call's tier when it takes a window's total over `over`: a sum of an argument, or a count of calls.
+
+    The window counts the tool's calls created in the last `window` that are pending
+    approval or were approved (executing, succeeded and needs-reconciliation too);
+    refused, rejected, expired and failed calls do not count (approvals.limits).
+    """
+
+    tool = models.ForeignKey(Tool, on_delete=models.CASCADE, related_name="cumulative_rules")
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    sum_argument = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="The numeric argument whose values are added up, e.g. valor_centavos. Empty: count the calls.",
+    )
+    per = models.CharField(max_length=16, choices=CumulativeScope.choices, default=CumulativeScope.AGENT)
+    window = models.DurationField(help_text="How far back the total reaches, e.g. 24:00:00 for a day.")
+    over = models.PositiveBigIntegerField(
+        help_text="A call that takes the window's total above this is raised to the rule's tier."
+    )
+    tier = models.ForeignKey(RiskTier, on_delete=models.PROTECT, related_name="+")
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["tool", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tool", "name"], name="cumulativerule_unique_name_per_tool"),
+            models.CheckConstraint(condition=models.Q(window__gt=timedelta(0)), name="cumulativerule_window_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool.name}: {self.name}"
+
+    def save(self, *args: DjangoValue, **kwargs: DjangoValue) -> None:
+        """Save, and make the tool's policy a new version."""
+        super().save(*args, **kwargs)
+        self.tool.bump_version()
+
+    def delete(self, *args: DjangoValue, **kwargs: DjangoValue) -> tuple[int, dict[str, int]]:
+        """Delete, and make the tool's policy a new version."""
+        tool = self.tool
+        result = super().delete(*args, **kwargs)
+        tool.bump_version()
+        return result
+
+
+class CumulativeLock(models.Model):
+    """One row per (rule, scope key): proposals under the same limit lock it, so they are judged one at a time."""
+
+    rule = models.ForeignKey(CumulativeRule, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=100)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["rule", "key"], name="cumulativelock_unique_key_per_rule")]
+
+    def __str__(self) -> str:
+        return f"{self.rule_id}: {self.key}"
+
+
+class HttpMethod(models.TextChoices):
+    GET = "GET", "GET"
+    POST = "POST", "POST"
+    PUT = "PUT", "PUT"
+    PATCH = "PATCH", "PATCH"
+    DELETE = "DELETE", "DELETE"
+
+
+class HttpBody(models.TextChoices):
+    ARGUMENTS = "arguments", "The arguments, as a JSON object"
+    TEMPLATE = "template", "The body template"
+    NONE = "none", "No body"
+
+
+class HttpEndpoint(models.Model):
+    """How an `http` tool's request is made (its URL template is the tool's executor reference)."""
+
+    tool = models.OneToOneField(Tool, on_delete=models.CASCADE, related_name="http_endpoint")
+    method = models.CharField(max_length=8, choices=HttpMethod.choices, default=HttpMethod.POST)
+    body = models.CharField(max_length=16, choices=HttpBody.choices, default=HttpBody.ARGUMENTS)
+    body_template = models.JSONField(
+        null=True,
+        blank=True,
+        help_text='JSON sent as the body; a string that is exactly "{name}" becomes that argument\'s value '
+        '(any JSON type; left out when the call lacks it). Example: {"amount": "{valor_centavos}", "currency": "BRL"}',
+    )
+    result_pointer = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="A JSON pointer (RFC 6901) to the result in the answer, e.g. /data/refund. Empty: the whole answer.",
+    )
+    permanent_statuses = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Statuses that fail the call at once, e.g. 400-499, 501. Empty: every 4xx but 408, 425 and 429. "
+        "Any other status from 400 up is retried with backoff.",
+    )
+    timeout_seconds = models.PositiveSmallIntegerField(
+        default=20,
+        validators=[MinValueValidator(1), MaxValueValidator(60)],
+        help_text="How long to wait for the answer once the request is sent. No answer in time: a write needs "
+        "reconciliation by a person (never sent again), a read-only or idempotent tool is retried.",
+    )
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.tool.executor_ref}"
+
+    def save(self, *args: DjangoValue, **kwargs: DjangoValue) -> None:
+        """Save, and make the tool a new version: what an approval bound has changed."""
+        super().save(*args, **kwargs)
+        self.tool.bump_version()
+
+    def delete(self, *args: DjangoValue, **kwargs: DjangoValue) -> tuple[int, dict[str, int]]:
+        """Delete (the tool's requests fall back to the defaults), and make the tool a new version."""
+        tool = self.tool
+        result = super().delete(*args, **kwargs)
+        tool.bump_version()
+        return result
+
+
+class HttpHeader(models.Model):
+    """A header an `http` tool's requests carry: a plain value, or a secret kept encrypted and never shown."""
+
+    tool = models.ForeignKey(Tool, on_delete=models.CASCADE, related_name="http_headers")
+    name = models.CharField(max_length=100, validators=[RegexValidator(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")])
+    value = models.CharField(max_length=1000, blank=True, help_text="Shown in admin; for a secret, leave empty.")
+    secret = EncryptedTextField(blank=True, help_text="Write-only: encrypted at rest and never shown again.")
+
+    class Meta:
+        ordering = ["tool", "name"]
+        constraints = [models.UniqueConstraint(Lower("name"), "tool", name="httpheader_unique_name_per_tool")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def save(self, *args: DjangoValue, **kwargs: DjangoValue) -> None:
+        """Save, and make the tool a new version."""
+        super().save(*args, **kwargs)
+        self.tool.bump_version()
+
+    def delete(self, *args: DjangoValue, **kwargs: DjangoValue) -> tuple[int, dict[str, int]]:
+        """Delete, and make the tool a new version."""
+        tool = self.tool
+        result = super().delete(*args, **kwargs)
+        tool.bump_version()
+        return result
+
+
+class ApproverGroup(models.Model):
+    """Members of `group` may approve `tool`'s calls at tier `min_tier` or above.
+
+    For the tool, they replace the tier's own approver group. The rows with the highest
+    threshold at or below a call's tier apply (`toolcatalog.approvers`); several groups
+    there mean a call needing several approvals needs them from different groups.
+    """
+
+    tool = models.ForeignKey(Tool, on_delete=models.CASCADE, related_name="approver_groups")
+    min_tier = models.PositiveSmallIntegerField(
+        choices=TIER_LEVELS,
+        validators=[MaxValueValidator(3)],
+        help_text="From this tier up; the highest threshold at or below a call's tier applies.",
+    )
+    group = models.ForeignKey(
+        Group,
+        on_delete=models.CASCADE,
+        related_name="+",
+        help_text="Several groups at one threshold: several approvals come from different groups.",
+    )
+
+    class Meta:
+        ordering = ["tool", "min_tier", "group__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tool", "min_tier", "group"], name="approvergroup_unique_per_tool_tier")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool.name} at tier ≥ {self.min_tier}: {self.group.name}"
+
+
+# The upstream MCP servers tools come from: their models load with the catalog's.
+from toolcatalog import upstreams as _upstreams  # noqa: E402, F401

@@ -6,11 +6,12 @@ import threading
 
 from jsonschema import Draft202012Validator
 
-from toolcatalog.models import RiskRule, RiskTier, Tool
-from toolcatalog.policy import RuleSpec, TierSpec, ToolPolicy
+from toolcatalog.models import CumulativeRule, RiskRule, RiskTier, Tool
+from toolcatalog.policy import CumulativeSpec, RuleSpec, TierSpec, ToolPolicy
 from toolcatalog.schema import compile_validator
 
-_compiled: dict[tuple[int, int], tuple[Draft202012Validator, tuple[RuleSpec, ...]]] = {}
+Compiled = tuple[Draft202012Validator, tuple[RuleSpec, ...], tuple[CumulativeSpec, ...]]
+_compiled: dict[tuple[int, int], Compiled] = {}
 _lock = threading.Lock()
 
 
@@ -24,10 +25,29 @@ def tier_specs() -> dict[int, TierSpec]:
     }
 
 
-def _compile(tool: Tool) -> tuple[Draft202012Validator, tuple[RuleSpec, ...]]:
+def _compile(tool: Tool) -> Compiled:
     rules = RiskRule.objects.filter(tool_id=tool.pk, enabled=True).select_related("tier").order_by("name")
     specs = tuple(RuleSpec(r.name, r.description, r.tier.level, compile_validator(r.condition)) for r in rules)
-    return compile_validator(tool.input_schema), specs
+    return compile_validator(tool.input_schema), specs, cumulative_specs(tool)
+
+
+def cumulative_specs(tool: Tool) -> tuple[CumulativeSpec, ...]:
+    """Return the tool's enabled cumulative limits, by name."""
+    limits = CumulativeRule.objects.filter(tool_id=tool.pk, enabled=True).select_related("tier").order_by("name")
+    return tuple(
+        CumulativeSpec(
+            name=limit.name,
+            description=limit.description,
+            tier=limit.tier.level,
+            sum_argument=limit.sum_argument,
+            per=limit.per,
+            window=limit.window,
+            over=limit.over,
+            resource_argument=tool.resource_argument,
+            rule_id=limit.pk,
+        )
+        for limit in limits
+    )
 
 
 def policy_for(tool: Tool, tiers: dict[int, TierSpec] | None = None) -> ToolPolicy:
@@ -41,7 +61,7 @@ def policy_for(tool: Tool, tiers: dict[int, TierSpec] | None = None) -> ToolPoli
             for stale in [k for k in _compiled if k[0] == tool.pk]:
                 del _compiled[stale]
             _compiled[key] = compiled
-    validator, rules = compiled
+    validator, rules, cumulative = compiled
     return ToolPolicy(
         name=tool.name,
         version=tool.version,
@@ -49,4 +69,5 @@ def policy_for(tool: Tool, tiers: dict[int, TierSpec] | None = None) -> ToolPoli
         validator=validator,
         rules=rules,
         tiers=tiers if tiers is not None else tier_specs(),
+        cumulative=cumulative,
     )

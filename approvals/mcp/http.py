@@ -8,9 +8,12 @@ so there is no GET stream and no session to DELETE — 405):
    cannot express); a browser Origin must be one of this deployment's hosts, a
    CSRF_TRUSTED_ORIGINS entry or a GATEHOUSE_MCP_ALLOWED_ORIGINS entry
    (`scheme://host:*` allows any port). Foreign Origin → 403.
-2. Bearer token → the agent (`Agent.authenticate`); none or unknown → 401; over
-   its per-minute rate limit → 429, as on REST. The agent rides in the ASGI
-   scope; identity never comes from the message body.
+2. Bearer token → the agent: a static agent token (`Agent.authenticate`), or an
+   OAuth access token issued for this `/mcp` (`oauth.bearer`: the agent its person
+   chose at consent, and that person, who rides in the scope too). None, unknown,
+   expired, revoked or for another resource → 401, without the `mcp` scope → 403,
+   each with a `WWW-Authenticate` naming the resource metadata (RFC 9728); over its
+   per-minute rate limit → 429, as on REST. Identity never comes from the message body.
 3. The body: sent as application/json (else 400 `malformed_request`, where the SDK
    would answer in plain text), at most DATA_UPLOAD_MAX_MEMORY_SIZE (413), strict JSON
    (`approvals.jsonbody`: no NaN, duplicate keys, NUL, lone surrogates or deep
@@ -37,12 +40,15 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import INVALID_REQUEST, PARSE_ERROR
 from starlette.types import Message, Receive, Scope, Send
 
-from agents.models import Agent
+from agents.models import TOKEN_PREFIX, Agent
+from approvals import telemetry
 from approvals.errors import ApiError, error_body
 from approvals.jsonbody import loads_strict
-from approvals.mcp.server import AGENT_SCOPE_KEY, build_server
+from approvals.mcp.server import AGENT_SCOPE_KEY, ON_BEHALF_OF_SCOPE_KEY, build_server
 from approvals.proposals import enforce_rate_limit
 from audit.typealiases import JSONObject
+from oauth import bearer as oauth_bearer
+from oauth.bearer import Caller, Refusal
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +117,9 @@ class McpEndpoint:
                 await sync_to_async(close_old_connections)()
 
     async def _authenticated(self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str]) -> None:
+        site = _site(scope, headers)
         try:
-            agent = await sync_to_async(authenticate)(_bearer(headers.get("authorization", "")))
+            caller = await sync_to_async(authenticate)(_bearer(headers.get("authorization", "")), f"{site}/mcp")
         except ApiError as error:  # rate_limited, exactly as the REST API answers it
             await _send_json(send, error.status, error.body(), {k.lower(): v for k, v in error.headers.items()})
             return
@@ -121,9 +128,8 @@ class McpEndpoint:
             message = "Gatehouse cannot reach its database; retry shortly."
             await _send_json(send, 503, error_body("service_unavailable", message), {"retry-after": "5"})
             return
-        if agent is None:
-            refusal = error_body("unauthorized", "Send a valid agent token as 'Authorization: Bearer <token>'.")
-            await _send_json(send, 401, refusal, {"www-authenticate": 'Bearer realm="gatehouse"'})
+        if caller is None or isinstance(caller, Refusal):
+            await _send_json(send, *_refusal(site, caller))
             return
         if not headers.get("content-type", "").lower().startswith("application/json"):
             # The SDK would refuse it too, in plain text; agents get the API's error shape.
@@ -134,15 +140,41 @@ class McpEndpoint:
         if problem is not None:
             await _send_json(send, *problem)
             return
-        await self.manager.handle_request({**scope, AGENT_SCOPE_KEY: agent}, _replay(body, receive), send)
+        identity = {AGENT_SCOPE_KEY: caller.agent, ON_BEHALF_OF_SCOPE_KEY: caller.user}
+        # A traceparent header parents the SDK's spans of this request when its messages' _meta carry none.
+        with telemetry.incoming(headers):
+            await self.manager.handle_request({**scope, **identity}, _replay(body, receive), send)
 
 
-def authenticate(token: str) -> Agent | None:
-    """Return the active agent holding `token` (None if none), counted against its rate limit like REST."""
-    agent = Agent.authenticate(token)
-    if agent is not None:
-        enforce_rate_limit(agent)
-    return agent
+def authenticate(token: str, resource: str) -> Caller | Refusal | None:
+    """Return who holds `token` (None for no token or an unknown agent token), counted against the rate limit.
+
+    Static agent tokens carry Gatehouse's prefix; anything else is taken for an OAuth access token.
+    """
+    if token.startswith(TOKEN_PREFIX):
+        agent = Agent.authenticate(token)
+        caller: Caller | Refusal | None = Caller(agent, None, "") if agent is not None else None
+    else:
+        caller = oauth_bearer.authenticate(token, resource) if token else None
+    if isinstance(caller, Caller):
+        enforce_rate_limit(caller.agent)
+    return caller
+
+
+def _refusal(site: str, refusal: Refusal | None) -> tuple[int, JsonBody, dict[str, str]]:
+    """Return the 401/403 for a missing or refused token, with the challenge that says how to get a good one."""
+    if refusal is None:
+        message = "Send an agent token or an OAuth access token as 'Authorization: Bearer <token>'."
+        return 401, error_body("unauthorized", message), {"www-authenticate": oauth_bearer.challenge(site)}
+    code = "unauthorized" if refusal.status == 401 else "permission_denied"
+    headers = {"www-authenticate": oauth_bearer.challenge(site, refusal)}
+    return refusal.status, error_body(code, refusal.description, oauth_error=refusal.error), headers
+
+
+def _site(scope: Scope, headers: dict[str, str]) -> str:
+    """Return this deployment's origin as the client addressed it (Host was checked against ALLOWED_HOSTS)."""
+    scheme = "https" if settings.HTTPS else str(scope.get("scheme", "http"))
+    return f"{scheme}://{headers.get('host', '')}"
 
 
 def _headers(scope: Scope) -> dict[str, str]:

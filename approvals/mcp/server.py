@@ -22,6 +22,7 @@ from typing import ParamSpec, TypeVar
 import mcp.types as types
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import close_old_connections
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
@@ -29,6 +30,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 
 from agents.models import Agent
+from approvals import telemetry
 from approvals.errors import ApiError
 from approvals.mcp.catalog import CatalogChanges
 from approvals.mcp.results import META_PREFIX, STATUS_TOOL, call_envelope_schema, call_result, error_result
@@ -64,6 +66,7 @@ def orm_work(function: Callable[P, R]) -> Callable[P, Awaitable[R]]:
 
 
 AGENT_SCOPE_KEY = "gatehouse.agent"
+ON_BEHALF_OF_SCOPE_KEY = "gatehouse.on_behalf_of"  # the person an OAuth token acts for (None: a static token)
 ENVELOPE_FIELDS = ("idempotency_key", "conversation_id", "step", "call_index", "justification")
 WAIT_KEY = META_PREFIX + "wait_seconds"
 UNAVAILABLE = ApiError(
@@ -122,6 +125,12 @@ def request_agent(ctx: ServerRequestContext[JSONObject, Request]) -> Agent:
         # Only reachable if the server is mounted without Gatehouse's HTTP wrapper.
         raise MCPError(types.INVALID_REQUEST, "This request is not authenticated.")
     return agent
+
+
+def request_person(ctx: ServerRequestContext[JSONObject, Request]) -> User | None:
+    """Return the person an OAuth token acts for (None for a static agent token), as the HTTP layer found it."""
+    person = ctx.request.scope.get(ON_BEHALF_OF_SCOPE_KEY) if ctx.request is not None else None
+    return person if isinstance(person, User) else None
 
 
 def mcp_tool(tool: Tool) -> types.Tool:
@@ -191,9 +200,12 @@ def _wait_seconds(value: JSONValue, field: str) -> float:
 
 def propose_and_wait(agent: Agent, proposal: Proposal, wait: float) -> tuple[JSONObject, bool]:
     """Run the proposal through the pipeline, wait briefly for it to settle; return (call body, replayed)."""
-    outcome = propose(agent, proposal)
-    call = outcome.call
-    assert call is not None  # dry runs are not offered over MCP
+    # The MCP SDK's `tools/call` span, parented by the request's `_meta` traceparent, is the current one here.
+    with telemetry.ProposalScope(None, tool=proposal.tool, conversation_id=proposal.conversation_id) as scope:
+        outcome = propose(agent, proposal)
+        call = outcome.call
+        assert call is not None  # dry runs are not offered over MCP
+        scope.called(call.pk, call.status, call.risk_tier)
     return (wait_for(call, wait) if wait else call_body(call)), outcome.replayed
 
 
@@ -216,6 +228,7 @@ async def call_tool(
         if params.name == STATUS_TOOL:
             return call_result(await orm_work(call_status)(agent, params.arguments or {}))
         proposal, wait = proposal_from(params)
+        proposal.on_behalf_of = request_person(ctx)
         body, replayed = await orm_work(propose_and_wait)(agent, proposal, wait)
     except ApiError as error:
         return error_result(error)

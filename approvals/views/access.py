@@ -51,7 +51,7 @@ def reviewer_required(
     return wrapper
 
 
-def _get_call_for_reviewer(request: ConsoleRequest, pk: uuid.UUID | str) -> ToolCall:
+def get_call_for_reviewer(request: ConsoleRequest, pk: uuid.UUID | str) -> ToolCall:
     """Return the call a reviewer asked for, with what every console page shows of it; 404 if none.
 
     Views never fetch a call any other way, so the rule of who sees which call lives here.

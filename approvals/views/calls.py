@@ -21,7 +21,7 @@ from approvals.decisions import DecisionRefused, check_may_decide, tier_of
 from approvals.execution import attach_preview
 from approvals.models import Decision, ToolCall
 from approvals.states import DecisionKind, Status
-from approvals.views.access import _get_call_for_reviewer, reviewer_required
+from approvals.views.access import get_call_for_reviewer, reviewer_required
 from approvals.views.present import (
     DiffRow,
     argument_rows,
@@ -249,7 +249,7 @@ def masked(call: ToolCall, arguments: JSONValue = None, *, before: JSONValue = N
 @reviewer_required
 def call_detail(request: ConsoleRequest, pk: uuid.UUID) -> HttpResponse:
     """A call's page."""
-    call = _get_call_for_reviewer(request, pk)
+    call = get_call_for_reviewer(request, pk)
     return render(request, "approvals/call.html", call_context(call, request.user))
 
 
@@ -261,7 +261,7 @@ def call_preview(request: ConsoleRequest, pk: uuid.UUID) -> HttpResponse:
     A GET with an effect only on our own cache of a read: the dry run changes nothing
     downstream, and a second request (another reviewer, a reload) finds it stored.
     """
-    call = _get_call_for_reviewer(request, pk)
+    call = get_call_for_reviewer(request, pk)
     if call.preview is None and call.status == Status.PENDING_APPROVAL:
         attach_preview(call)
     preview = call.preview or {}
@@ -282,7 +282,7 @@ def call_live(request: ConsoleRequest, pk: uuid.UUID) -> HttpResponse:
     If someone edited the arguments, or the tool changed (a new version), since the page
     was drawn, the whole page reloads: a reviewer must never decide on what they were not shown.
     """
-    call = _get_call_for_reviewer(request, pk)
+    call = get_call_for_reviewer(request, pk)
     seen, version = request.GET.get("seen", ""), request.GET.get("version", "")
     if (seen and seen != call.arguments_hash) or (version and version != str(call.tool_version)):
         return HttpResponseClientRefresh()

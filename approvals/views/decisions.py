@@ -26,10 +26,12 @@ from approvals.decisions import AlreadyApproved, DecisionRefused, Seen
 from approvals.execution import attach_preview, preview_arguments
 from approvals.forms import ApprovalForm, ArgumentsForm
 from approvals.models import ToolCall
+from approvals.standing import Terms
 from approvals.states import Status
-from approvals.views.access import _get_call_for_reviewer, reviewer_required
+from approvals.views.access import get_call_for_reviewer, reviewer_required
 from approvals.views.calls import call_context, next_call_for, preview_rows
 from approvals.views.present import DiffRow, diff_rows
+from approvals.views.standing import granted_words, like_this_terms
 from audit.canonical import canonical_hash, inexact_numbers, normalized
 from audit.http import ConsoleRequest
 from audit.typealiases import DjangoValue, JSONObject
@@ -54,12 +56,13 @@ def _enforce_expiry(call: ToolCall) -> None:
         lifecycle.expire(call)
 
 
-def approve_as_seen(call: ToolCall, reviewer: User, seen: Seen) -> str:
-    """Approve `call` if it is still exactly what the reviewer was shown; return what happened."""
-    if lifecycle.approve(call, reviewer, seen=seen):
-        return "Approved. The call runs now."
+def approve_as_seen(call: ToolCall, reviewer: User, seen: Seen, like_this: Terms | None = None) -> str:
+    """Approve `call` if it is still exactly what the reviewer was shown (and calls like it, if asked); say so."""
+    if lifecycle.approve(call, reviewer, seen=seen, like_this=like_this):
+        return "Approved. The call runs now." + granted_words(like_this)
     count, needed = call.approval_count(), max(call.approvals_required, 1)
-    return f"Your approval is recorded ({count} of {needed}); another reviewer must approve before it runs."
+    waiting = f"Your approval is recorded ({count} of {needed}); another reviewer must approve before it runs."
+    return waiting + granted_words(like_this)
 
 
 @require_POST
@@ -69,9 +72,10 @@ def approve(request: ConsoleRequest, pk: uuid.UUID) -> HttpResponse:
 
     With `next`, go on to the oldest call the reviewer may still approve once this one is done.
     """
-    call = _get_call_for_reviewer(request, pk)
+    call = get_call_for_reviewer(request, pk)
     try:
-        messages.success(request, approve_as_seen(call, request.user, ApprovalForm(request.POST).seen()))
+        like_this = like_this_terms(request.POST)
+        messages.success(request, approve_as_seen(call, request.user, ApprovalForm(request.POST).seen(), like_this))
     except AlreadyApproved as waiting:  # nothing was recorded: no success to report
         messages.info(request, str(waiting))
     except DecisionRefused as refused:
@@ -97,7 +101,7 @@ def _open_next(request: ConsoleRequest, done: ToolCall) -> HttpResponse:
 @reviewer_required
 def reject(request: ConsoleRequest, pk: uuid.UUID) -> HttpResponse:
     """Reject the call with a reason the agent receives."""
-    call = _get_call_for_reviewer(request, pk)
+    call = get_call_for_reviewer(request, pk)
     try:
         lifecycle.reject(call, request.user, request.POST.get("reason", ""))
         messages.success(request, "Rejected. The agent receives your reason.")
@@ -175,7 +179,7 @@ def _save_edit(request: ConsoleRequest, call: ToolCall, review: EditReview) -> H
 @reviewer_required
 def edit(request: ConsoleRequest, pk: uuid.UUID) -> HttpResponse:
     """Edit a pending call's arguments: fill in, review the diff and new tier, then confirm."""
-    call = _get_call_for_reviewer(request, pk)
+    call = get_call_for_reviewer(request, pk)
     if call.status != Status.PENDING_APPROVAL:
         messages.error(request, f"This call is {call.get_status_display().lower()}; its arguments can't change.")
         return redirect("approvals:call", pk=call.pk)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
+from django.contrib.auth.models import User
 from django.db.models import Q, QuerySet
 from django.db.models.fields.json import KT
 from django.db.models.functions import Substr
@@ -18,6 +19,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
+from approvals.approvers import queue_refusals, tier_groups
 from approvals.models import Decision, ToolCall
 from approvals.states import DecisionKind, Status
 from approvals.views.access import reviewer_required
@@ -25,7 +27,6 @@ from approvals.views.present import compact_duration, count_approvals, headline,
 from approvals.views.queries import QueueQueryForm, matching
 from audit.http import ConsoleRequest
 from audit.typealiases import DjangoValue
-from toolcatalog.models import RiskTier
 from toolcatalog.sensitive import mask_arguments
 
 PAGE_SIZE = 50
@@ -73,6 +74,8 @@ class QueueRow:
     approvals: int
     approvals_needed: int
     seconds_left: int | None
+    # Why this reviewer may not approve it ("" if it is theirs to decide).
+    waiting_on_others: str = ""
 
 
 def resource_shown(call: ToolCall) -> str:
@@ -81,23 +84,32 @@ def resource_shown(call: ToolCall) -> str:
     return str(mask_arguments(call.tool, call.arguments).get(name, "")) if name else ""
 
 
-def _rows(calls: list[ToolCall], tiers: dict[int, str]) -> list[QueueRow]:
-    """Return queue rows; approvals of the whole page come from one query."""
-    decisions = Decision.objects.filter(call__in=[c.pk for c in calls], kind=DecisionKind.APPROVE).values_list(
-        "call_id", "arguments_hash", "tool_version", "reviewer_name"
+def _rows(calls: list[ToolCall], reviewer: User) -> list[QueueRow]:
+    """Return queue rows from three queries for the whole page: its decisions, the tiers, the approver groups."""
+    decisions = list(
+        Decision.objects.filter(
+            call__in=[c.pk for c in calls], kind__in=[DecisionKind.APPROVE, DecisionKind.EDIT]
+        ).values_list("call_id", "arguments_hash", "tool_version", "reviewer_name", "kind", "reviewer_id")
+        if calls
+        else []
     )
-    counts = count_approvals(decisions, calls) if calls else {}
+    approvals = [(c, h, v, name) for c, h, v, name, kind, _ in decisions if kind == DecisionKind.APPROVE]
+    counts = count_approvals(approvals, calls) if calls else {}
+    tiers = tier_groups(reviewer)
+    mine = [(c, kind, h, v) for c, h, v, _, kind, who in decisions if who == reviewer.pk]
+    refusals = queue_refusals(calls, reviewer, tiers, mine) if calls else {}
     now = timezone.now()
     return [
         QueueRow(
             call=call,
-            tier_name=tiers.get(call.risk_tier, "") if call.risk_tier is not None else "",
+            tier_name=tiers.get(call.risk_tier, ("", None, False))[0] if call.risk_tier is not None else "",
             headline=headline(mask_arguments(call.tool, call.arguments), call.tool.resource_argument),
             resource=resource_shown(call),
             age=compact_duration(now - call.created_at),
             approvals=counts.get(call.pk, 0),
             approvals_needed=max(call.approvals_required, 1),
             seconds_left=seconds_until(call.expires_at, now),
+            waiting_on_others=refusals.get(call.pk, ""),
         )
         for call in calls
     ]
@@ -114,9 +126,12 @@ def _queue_context(request: ConsoleRequest) -> dict[str, DjangoValue]:
         .annotate(**QUEUE_ANNOTATIONS)
         .order_by("-risk_tier", "created_at")[start : start + PAGE_SIZE + 1]
     )
+    rows = _rows(calls[:PAGE_SIZE], request.user)
     return {
         "form": form,
-        "rows": _rows(calls[:PAGE_SIZE], dict(RiskTier.objects.values_list("level", "name"))),
+        "rows": rows,
+        "yours": [row for row in rows if not row.waiting_on_others],
+        "others": [row for row in rows if row.waiting_on_others],
         "total": capped_count(filtered),
         "page": page,
         "first_index": start + 1,

@@ -53,6 +53,16 @@ class RetryableError(ExecutorError):
     retryable = True
 
 
+class OutcomeUnknown(ExecutorError):
+    """The request was sent and no answer came (timeout, connection lost): the effect may have happened.
+
+    Never retried automatically: the call needs reconciliation by a person. An executor
+    whose tool may safely run twice (read-only, or idempotent) raises RetryableError instead.
+    """
+
+    retryable = False
+
+
 class Executor(ABC):
     """Acts on one downstream system for one tool."""
 

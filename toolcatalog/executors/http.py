@@ -1,4 +1,4 @@
-"""The `http` executor kind: a tool is an HTTP endpoint that speaks a three-route protocol.
+"""The `gatehouse_protocol` executor kind: a tool is an HTTP endpoint that speaks Gatehouse's three-route protocol.
 
 For a tool whose executor reference is `<ref>` (a URL, or a path resolved against
 settings.GATEHOUSE_DEMO_SERVICES_URL):
@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 import certifi
 import urllib3
 from django.conf import settings
+from opentelemetry.propagate import inject
 from urllib3.exceptions import HTTPError, NewConnectionError, TimeoutError
 
 from audit.typealiases import JSONObject, JSONValue
@@ -99,7 +100,7 @@ def _trusted_certificates() -> tuple[str | None, str | None]:
     return certifi.where(), None
 
 
-class HttpExecutor(Executor):
+class GatehouseProtocolExecutor(Executor):
     """Executes, previews and verifies a call by POSTing JSON to the tool's endpoint."""
 
     idempotent_delivery = True
@@ -145,6 +146,7 @@ class HttpExecutor(Executor):
         }
         if ctx.idempotency_key:
             headers["Idempotency-Key"] = ctx.idempotency_key
+        inject(headers)  # the current trace's traceparent, when tracing is on (approvals.telemetry)
         url = self.url(suffix)
         data = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
         try:

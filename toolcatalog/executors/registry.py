@@ -1,4 +1,4 @@
-"""Look executors up by kind: `python` (a dotted path to an Executor class) or `http`."""
+"""Look executors up by kind: `python` (a dotted path to an Executor class), `gatehouse_protocol`, `http`, `mcp`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from typing import Protocol
 from django.utils.module_loading import import_string
 
 from toolcatalog.executors.base import Executor, PermanentError
-from toolcatalog.executors.http import HttpExecutor
+from toolcatalog.executors.http import GatehouseProtocolExecutor
+from toolcatalog.executors.httpapi import HttpApiExecutor
+from toolcatalog.executors.mcp import McpExecutor
 
 
 def _python(ref: str) -> Executor:
@@ -18,7 +20,12 @@ def _python(ref: str) -> Executor:
 
 
 # Each kind and the factory that builds its executor from a tool's executor reference.
-_KINDS: dict[str, Callable[[str], Executor]] = {"python": _python, "http": HttpExecutor}
+_KINDS: dict[str, Callable[[str], Executor]] = {
+    "python": _python,
+    "gatehouse_protocol": GatehouseProtocolExecutor,
+    "http": HttpApiExecutor,
+    "mcp": McpExecutor,
+}
 
 
 @lru_cache(maxsize=256)

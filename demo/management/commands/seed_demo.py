@@ -21,6 +21,7 @@ from django.utils.module_loading import import_string
 from agents.models import Agent, Grant, hash_token
 from agents.provisioning import create_or_update_agent
 from audit.typealiases import JSONObject, OptionValue
+from demo import boxoffice
 from demo.catalog import AGENTS, TIERS, TOOLS
 from toolcatalog.models import RiskRule, RiskTier, Tool
 
@@ -43,7 +44,9 @@ def seed_tool(spec: JSONObject, tiers: dict[int, RiskTier]) -> Tool:
     """Create or update one demo tool and its rules (saving only what changed, so versions stay put)."""
     fields = {k: v for k, v in spec.items() if k not in {"name", "rules", "base_tier"}}
     fields.update(
-        base_tier=tiers[spec["base_tier"]], executor_kind="http", executor_ref=f"/demo-services/tools/{spec['name']}"
+        base_tier=tiers[spec["base_tier"]],
+        executor_kind="gatehouse_protocol",
+        executor_ref=f"/demo-services/tools/{spec['name']}",
     )
     tool = Tool.objects.filter(name=spec["name"]).first()
     if tool is None:
@@ -131,7 +134,9 @@ def kept_token(name: str, grants: dict[str, int], known: str | None) -> str | No
 def seed_agents(known: dict[str, str], *, rotate: bool) -> tuple[dict[str, str], list[str]]:
     """Create or update the demo agents; return every agent's token and the names given a new one."""
     tokens, issued = {}, []
-    for name, (description, grants) in AGENTS.items():
+    for name, (description, wanted) in AGENTS.items():
+        # An upstream's tools exist once it synced: grant those there are (the next seed grants the rest).
+        grants = {tool: tier for tool, tier in wanted.items() if Tool.objects.filter(name=tool).exists()}
         token = None if rotate else kept_token(name, grants, known.get(name))
         if token is None:
             _, token = create_or_update_agent(name, grants, owner_username="admin", description=description)
@@ -162,9 +167,11 @@ class Command(BaseCommand):
                 seed_tool(spec, tiers)
             password_set = seed_people(options["password"], reset_passwords=options["reset_passwords"])
             import_string("demo.downstream.seed")()
+            upstream = boxoffice.seed(tiers)  # before the agents: one of them is granted its tools
             tokens, issued = seed_agents(read_tokens(path), rotate=options["rotate_tokens"])
         write_tokens(path, tokens)  # after commit: the file never names a token the database does not hold
         self.report(options["password"], password_set, tokens, issued, path)
+        self.stdout.write(upstream)
 
     def report(
         self, password: str, password_set: list[str], tokens: dict[str, str], issued: list[str], path: Path

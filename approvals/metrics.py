@@ -1,0 +1,155 @@
+"""Prometheus metrics at `/metrics`, computed from the database when scraped.
+
+Nothing is counted in process: every figure is read at scrape time from the rows
+that already record it (calls, the audit chain's events by action, notification
+deliveries), so any number of web processes and workers agree, a restart loses
+nothing, and a proposal pays nothing for being measured. Each scrape costs a few
+aggregate queries, on indexed columns where the tables grow (events by action,
+deliveries by status, calls by status).
+
+The endpoint answers only `Authorization: Bearer $GATEHOUSE_METRICS_TOKEN`; with
+no token configured it does not exist (404).
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterable, Iterator
+from datetime import timedelta
+
+from django.apps import apps
+from django.conf import settings
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Sum
+from django.http import Http404, HttpRequest, HttpResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from approvals.models import ToolCall
+from approvals.states import Status
+from audit.models import Event
+
+# An execution ends in one of these events; a retry is an attempt that failed and will run again.
+EXECUTION_EVENTS = {
+    "call.succeeded": "succeeded",
+    "call.needs_reconciliation": "needs_reconciliation",
+    "call.failed": "failed",
+    "call.retry_scheduled": "retry_scheduled",
+}
+DECISION_EVENTS = {"call.approved": "approved", "call.rejected": "rejected", "call.expired": "expired"}
+BREAKER_OPENED = "circuit.opened"
+SWEEPER_RESENT = "call.requeued"
+COUNTED_ACTIONS = (*EXECUTION_EVENTS, *DECISION_EVENTS, BREAKER_OPENED, SWEEPER_RESENT)
+# Seconds from proposal to a reviewer's decision: a minute to a day.
+DECISION_BUCKETS = (60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 24 * 3600.0)
+
+
+class GatehouseCollector(Collector):
+    """Yield Gatehouse's metrics, read from the database at scrape time."""
+
+    def collect(self) -> Iterator[Metric]:
+        yield pending_calls()
+        yield time_to_decision()
+        yield from event_counters(action_counts())
+        yield from notification_metrics()
+
+
+def pending_calls() -> GaugeMetricFamily:
+    """Return the calls waiting for a reviewer, by risk tier."""
+    gauge = GaugeMetricFamily("gatehouse_calls_pending", "Calls waiting for a reviewer's decision.", labels=["tier"])
+    rows = (
+        ToolCall.objects.filter(status=Status.PENDING_APPROVAL)
+        .values_list("risk_tier")
+        .annotate(n=Count("pk"))
+        .order_by("risk_tier")
+    )
+    for tier, count in rows:
+        gauge.add_metric([str(tier)], count)
+    return gauge
+
+
+def time_to_decision() -> HistogramMetricFamily:
+    """Return how long held calls waited from proposal to a reviewer's approval or rejection."""
+    waited = ExpressionWrapper(F("decided_at") - F("created_at"), output_field=DurationField())
+    decided = ToolCall.objects.filter(approvals_required__gt=0, decided_at__isnull=False).annotate(waited=waited)
+    buckets = {
+        f"le_{index}": Count("pk", filter=Q(waited__lte=timedelta(seconds=le)))
+        for index, le in enumerate(DECISION_BUCKETS)
+    }
+    row = decided.aggregate(total=Count("pk"), waited_sum=Sum("waited"), **buckets)
+    histogram = HistogramMetricFamily(
+        "gatehouse_time_to_decision_seconds", "Time from a held call's proposal to its decision by a reviewer."
+    )
+    cumulative = [(str(le), row[f"le_{index}"]) for index, le in enumerate(DECISION_BUCKETS)]
+    total_seconds = row["waited_sum"].total_seconds() if row["waited_sum"] else 0.0
+    histogram.add_metric([], [*cumulative, ("+Inf", row["total"])], sum_value=total_seconds)
+    return histogram
+
+
+def action_counts() -> dict[str, int]:
+    """Return how many audit events of each counted action the chain holds."""
+    rows = Event.objects.filter(action__in=COUNTED_ACTIONS).values_list("action").annotate(n=Count("pk")).order_by()
+    return dict(rows)
+
+
+def event_counters(counts: dict[str, int]) -> Iterable[Metric]:
+    """Return the counters read from the audit chain: executions, decisions, breaker openings, sweeper re-sends."""
+    executions = CounterMetricFamily("gatehouse_executions", "Execution attempts by how they ended.", labels=["status"])
+    for action, status in EXECUTION_EVENTS.items():
+        executions.add_metric([status], counts.get(action, 0))
+    decisions = CounterMetricFamily("gatehouse_decisions", "Held calls decided, by outcome.", labels=["decision"])
+    for action, decision in DECISION_EVENTS.items():
+        decisions.add_metric([decision], counts.get(action, 0))
+    opened = CounterMetricFamily("gatehouse_breaker_openings", "Circuit breakers opened (agent and tool).")
+    opened.add_metric([], counts.get(BREAKER_OPENED, 0))
+    resent = CounterMetricFamily("gatehouse_sweeper_resends", "Approved calls the sweeper sent again.")
+    resent.add_metric([], counts.get(SWEEPER_RESENT, 0))
+    return executions, decisions, opened, resent
+
+
+def notification_metrics() -> Iterable[Metric]:
+    """Return notification deliveries by status and the failed ones (none when notifications are not installed)."""
+    if not apps.is_installed("notifications"):
+        return ()
+    # By name: notifications sits above approvals and is not imported from here.
+    delivery = apps.get_model("notifications", "Delivery")
+    counts = dict(delivery.objects.values_list("status").annotate(n=Count("pk")).order_by())
+    by_status = GaugeMetricFamily(
+        "gatehouse_notification_deliveries", "Notification deliveries by status.", labels=["status"]
+    )
+    for status, count in sorted(counts.items()):
+        by_status.add_metric([status], count)
+    failed = CounterMetricFamily("gatehouse_notification_failures", "Notification deliveries that failed for good.")
+    failed.add_metric([], counts.get("failed", 0))
+    return by_status, failed
+
+
+def registry() -> CollectorRegistry:
+    """Return a registry holding Gatehouse's collector alone (no process metrics: they would differ per worker)."""
+    holder = CollectorRegistry(auto_describe=False)
+    holder.register(GatehouseCollector())
+    return holder
+
+
+def _authorized(request: HttpRequest) -> bool:
+    """Return whether the request carries the metrics token (a 404 hides the endpoint when none is configured)."""
+    token = settings.GATEHOUSE_METRICS_TOKEN
+    if not token:
+        raise Http404
+    given = request.headers.get("Authorization", "")
+    return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
+
+
+@never_cache
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    """Answer a Prometheus scrape with the metrics text, or 401 without the token."""
+    if not _authorized(request):
+        response = HttpResponse(
+            "Send 'Authorization: Bearer <metrics token>'.\n", status=401, content_type="text/plain"
+        )
+        response["WWW-Authenticate"] = 'Bearer realm="gatehouse-metrics"'
+        return response
+    return HttpResponse(generate_latest(registry()), content_type=CONTENT_TYPE_LATEST)
