@@ -92,13 +92,13 @@ def enqueue(pk: uuid.UUID) -> bool:
     return send_task(DELIVER, {"delivery_id": str(pk)})
 
 
-def send_task(name: str, kwargs: JSONObject) -> bool:
-    """Send a task by name without waiting for a broker that is down; return whether it was sent."""
+def send_task(name: str, kwargs: JSONObject, countdown: float | None = None) -> bool:
+    """Send a task by name (to run `countdown` s from now) without waiting for a broker that is down; say if sent."""
     app: CeleryApp = current_app._get_current_object()  # type: ignore[attr-defined]
     try:
         # approvals' producers: they give up at once when the broker is down, rather than retrying for seconds.
         with fail_fast_producers(app).acquire(block=True, timeout=2) as producer:
-            app.send_task(name, kwargs=kwargs, retry=False, producer=producer)
+            app.send_task(name, kwargs=kwargs, retry=False, producer=producer, countdown=countdown)
     except Exception as exc:  # noqa: BLE001 — any broker failure; the sweeper sends deliveries again
         log.warning("broker unreachable (%s); %s %s not sent", exc, name, kwargs)
         return False

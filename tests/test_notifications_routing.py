@@ -12,9 +12,10 @@ from agents.breakers import record_failure
 from agents.models import Agent
 from audit.models import Event
 from audit.signals import event_recorded
+from notifications import receivers
 from notifications.intake import route_new_events
 from notifications.models import Channel, Cursor, Delivery, EventType, Kind, Route
-from notifications.receivers import on_event_recorded
+from notifications.receivers import COALESCE_SECONDS, on_event_recorded
 from notifications.routing import Facts, wants
 from tests.browser import propose_refund
 from tests.conftest import AgentApi, as_database_owner
@@ -70,7 +71,8 @@ def test_events_read_again_are_stored_once(support: AgentApi) -> None:
     assert Delivery.objects.filter(call_id=call.pk).count() == 1
 
 
-def test_the_receiver_makes_no_query_and_sends_only_for_notifiable_events(sink_broker: Any) -> None:
+def test_the_receiver_makes_no_query_and_sends_only_for_notifiable_events(sink_broker: Any, monkeypatch: Any) -> None:
+    monkeypatch.setattr(receivers, "_coalescer", receivers._Coalescer())  # no run asked for by an earlier test
     route(min_tier=3)
     pending = Event(action="call.proposed", data={"status": "pending_approval", "risk_tier": 2}, seq=1)
     claimed = Event(action="call.execution_started", data={}, seq=2)
@@ -80,6 +82,17 @@ def test_the_receiver_makes_no_query_and_sends_only_for_notifiable_events(sink_b
         on_event_recorded(Event, event=pending)
     assert len(queries) == 0
     assert sink_broker.queue_length() == 1  # one message: a worker reads the chain itself
+
+
+def test_a_burst_of_notifiable_events_asks_for_one_run_at_once_and_one_at_the_end_of_the_interval() -> None:
+    coalescer = receivers._Coalescer()
+    start = 1000.0
+
+    asked = [coalescer.countdown(start + offset) for offset in (0.0, 0.1, 0.2, 0.4)]
+
+    # The first at once; the second a run at the interval's end, which also reads the third and the fourth.
+    assert asked == [0.0, pytest.approx(COALESCE_SECONDS - 0.1), None, None]
+    assert coalescer.countdown(start + COALESCE_SECONDS + 0.01) == 0.0  # a new interval: at once again
 
 
 def queries_of(support: AgentApi, valor: int, key: str, pedido: str, on_commit: Any) -> int:

@@ -3,9 +3,10 @@
 The end-to-end test runs the product as it runs in production: a web process (uvicorn on
 config.asgi, its log captured), a Celery worker process, and a downstream HTTP service
 that records what it receives. A call whose sensitive arguments carry unique markers goes
-through hold, a reviewer's edit in the console, another reviewer's approval and execution;
-then every page, API and MCP answer, log line and a pg_dump of the whole database is
-searched: the markers appear only in the downstream's own record.
+through hold, a reviewer's edit in the console, another reviewer's approval and execution,
+with reviewers mailed at each step (a real SMTP server process); then every page, API and
+MCP answer, mail, log line and a pg_dump of the whole database is searched: the markers
+appear only in the downstream's own record.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from email.message import Message
 from html import unescape
 from html.parser import HTMLParser
 from http.server import BaseHTTPRequestHandler
@@ -35,6 +37,8 @@ from mcp.client.streamable_http import streamable_http_client
 from agents.provisioning import create_or_update_agent
 from approvals import sensitive as call_secrets
 from approvals.models import Decision, ToolCall
+from notifications.models import Channel, Kind, Route
+from tests.notification_peers import SmtpServer
 from tests.processes import BASE_DIR, free_port, http_server, session_database_url, wait_until
 from toolcatalog import sensitive
 from toolcatalog.models import RiskTier, Tool
@@ -324,14 +328,17 @@ def pg_dump() -> str:
 
 
 def test_sensitive_values_reach_the_downstream_and_nowhere_else(
-    web: WebProcess, downstream: Downstream, start_worker: Any
+    web: WebProcess, downstream: Downstream, start_worker: Any, smtp_server: SmtpServer
 ) -> None:
     token_marker, old_pin, new_pin = (f"{kind}-{uuid.uuid4().hex}" for kind in ("tok", "pin", "newpin"))
     markers = (token_marker, old_pin, new_pin)
     pay_invoice_tool(downstream.url)
     _, agent_token = create_or_update_agent("billing-agent", {"pay_invoice": 3})
     reviewer("alice"), reviewer("bob"), reviewer("root", superuser=True)
-    worker = start_worker(LOG_LEVEL="DEBUG")  # every line it can write is searched
+    # Reviewers are mailed (a real SMTP server process) of the held call, its decision and its outcome.
+    mailed = Channel.objects.create(name="reviewers-mail", kind=Kind.EMAIL, email_to=["reviewers@example.com"])
+    Route.objects.create(channel=mailed, min_tier=2)
+    worker = start_worker(LOG_LEVEL="DEBUG", EMAIL_URL=smtp_server.url)  # every line it can write is searched
     answers: list[str] = []
     agent = httpx.Client(base_url=web.url, headers={"Authorization": f"Bearer {agent_token}"}, timeout=30)
     arguments = {
@@ -430,10 +437,13 @@ def test_sensitive_values_reach_the_downstream_and_nowhere_else(
         "pages": "\n".join(pages),
         "web log": web.log(),
         "worker log": worker.log_path.read_text(errors="replace"),
+        "mail": "\n".join(message.as_string() for message in wait_until(lambda: _mails(smtp_server, 3))),
         "database dump": pg_dump(),
     }
     # Each place really holds what it should: the call, its events, the worker's task, the vault's table.
-    assert [place for place, text in places.items() if call_id not in text] == ["worker log"]
+    # (A mail links to the call through a signed token, not its id.)
+    assert [place for place, text in places.items() if call_id not in text] == ["worker log", "mail"]
+    assert "pay_invoice" in places["mail"] and "Approval needed" in places["mail"]
     assert "approvals.tasks.execute_call" in places["worker log"]
     assert "vault_secret" in places["database dump"] and "call.succeeded" in places["database dump"]
     found = {(place, marker) for place, text in places.items() for marker in markers if marker in text}
@@ -441,6 +451,12 @@ def test_sensitive_values_reach_the_downstream_and_nowhere_else(
     assert MASK in places["pages"] and MASK_CHANGED in places["pages"]
     assert "hmac-sha256:" in places["database dump"]  # the audit log keeps the keyed hashes
     assert token_marker in downstream.record_text() and new_pin in downstream.record_text()
+
+
+def _mails(smtp_server: SmtpServer, count: int) -> list[Message] | None:
+    """The mails received, once there are `count` (pending, decided, succeeded)."""
+    received = smtp_server.messages()
+    return received if len(received) >= count else None
 
 
 def _settled(agent: httpx.Client, call_id: str) -> dict[str, Any] | None:
