@@ -133,7 +133,31 @@ class Tool(models.Model):
         return "idempotency_key" in (self.input_schema.get("properties") or {})
 
 
-class RiskRule(models.Model):
+class PartOfToolPolicy(models.Model):
+    """A part of how a tool's calls are judged or sent: saving or deleting one makes the tool a new version.
+
+    Approvals bind the version they saw, so any change here sends approved calls back for approval.
+    """
+
+    tool: Tool  # each part's own foreign key
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args: DjangoValue, **kwargs: DjangoValue) -> None:
+        """Save, and make the tool a new version."""
+        super().save(*args, **kwargs)
+        self.tool.bump_version()
+
+    def delete(self, *args: DjangoValue, **kwargs: DjangoValue) -> tuple[int, dict[str, int]]:
+        """Delete, and make the tool a new version."""
+        tool = self.tool
+        result = super().delete(*args, **kwargs)
+        tool.bump_version()
+        return result
+
+
+class RiskRule(PartOfToolPolicy):
     """Raises a call's tier when its arguments match `condition` (a JSON Schema)."""
 
     tool = models.ForeignKey(Tool, on_delete=models.CASCADE, related_name="rules")
@@ -153,18 +177,6 @@ class RiskRule(models.Model):
     def __str__(self) -> str:
         return f"{self.tool.name}: {self.name}"
 
-    def save(self, *args: DjangoValue, **kwargs: DjangoValue) -> None:
-        """Save, and make the tool's policy a new version."""
-        super().save(*args, **kwargs)
-        self.tool.bump_version()
-
-    def delete(self, *args: DjangoValue, **kwargs: DjangoValue) -> tuple[int, dict[str, int]]:
-        """Delete, and make the tool's policy a new version."""
-        tool = self.tool
-        result = super().delete(*args, **kwargs)
-        tool.bump_version()
-        return result
-
 
 class CumulativeScope(models.TextChoices):
     AGENT = "agent", "Per agent"
@@ -172,7 +184,7 @@ class CumulativeScope(models.TextChoices):
     TOOL = "tool", "The whole tool"
 
 
-class CumulativeRule(models.Model):
+class CumulativeRule(PartOfToolPolicy):
     """Raises a call's tier when it takes a window's total over `over`: a sum of an argument, or a count of calls.
 
     The window counts the tool's calls created in the last `window` that are pending
@@ -206,18 +218,6 @@ class CumulativeRule(models.Model):
     def __str__(self) -> str:
         return f"{self.tool.name}: {self.name}"
 
-    def save(self, *args: DjangoValue, **kwargs: DjangoValue) -> None:
-        """Save, and make the tool's policy a new version."""
-        super().save(*args, **kwargs)
-        self.tool.bump_version()
-
-    def delete(self, *args: DjangoValue, **kwargs: DjangoValue) -> tuple[int, dict[str, int]]:
-        """Delete, and make the tool's policy a new version."""
-        tool = self.tool
-        result = super().delete(*args, **kwargs)
-        tool.bump_version()
-        return result
-
 
 class CumulativeLock(models.Model):
     """One row per (rule, scope key): proposals under the same limit lock it, so they are judged one at a time."""
@@ -246,7 +246,7 @@ class HttpBody(models.TextChoices):
     NONE = "none", "No body"
 
 
-class HttpEndpoint(models.Model):
+class HttpEndpoint(PartOfToolPolicy):
     """How an `http` tool's request is made (its URL template is the tool's executor reference)."""
 
     tool = models.OneToOneField(Tool, on_delete=models.CASCADE, related_name="http_endpoint")
@@ -279,20 +279,8 @@ class HttpEndpoint(models.Model):
     def __str__(self) -> str:
         return f"{self.method} {self.tool.executor_ref}"
 
-    def save(self, *args: DjangoValue, **kwargs: DjangoValue) -> None:
-        """Save, and make the tool a new version: what an approval bound has changed."""
-        super().save(*args, **kwargs)
-        self.tool.bump_version()
 
-    def delete(self, *args: DjangoValue, **kwargs: DjangoValue) -> tuple[int, dict[str, int]]:
-        """Delete (the tool's requests fall back to the defaults), and make the tool a new version."""
-        tool = self.tool
-        result = super().delete(*args, **kwargs)
-        tool.bump_version()
-        return result
-
-
-class HttpHeader(models.Model):
+class HttpHeader(PartOfToolPolicy):
     """A header an `http` tool's requests carry: a plain value, or a secret kept encrypted and never shown."""
 
     tool = models.ForeignKey(Tool, on_delete=models.CASCADE, related_name="http_headers")
@@ -306,18 +294,6 @@ class HttpHeader(models.Model):
 
     def __str__(self) -> str:
         return self.name
-
-    def save(self, *args: DjangoValue, **kwargs: DjangoValue) -> None:
-        """Save, and make the tool a new version."""
-        super().save(*args, **kwargs)
-        self.tool.bump_version()
-
-    def delete(self, *args: DjangoValue, **kwargs: DjangoValue) -> tuple[int, dict[str, int]]:
-        """Delete, and make the tool a new version."""
-        tool = self.tool
-        result = super().delete(*args, **kwargs)
-        tool.bump_version()
-        return result
 
 
 class ApproverGroup(models.Model):
