@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from functools import partial
+from typing import TypedDict
 from uuid import UUID
 
 import orjson
@@ -31,6 +32,7 @@ from django.db.models import F, Max, Min, TextField
 from django.db.models.expressions import Combinable, RawSQL
 from django.db.models.functions import Cast
 from psycopg.conninfo import make_conninfo
+from typing_extensions import Unpack
 
 from audit import store
 from audit.canonical import normalized
@@ -65,24 +67,23 @@ def _as_legacy_floats(value: JSONValue) -> JSONValue:
     return value
 
 
-def record(
-    action: str,
-    *,
-    actor: tuple[str, str],
-    call_id: UUID | None = None,
-    agent_name: str = "",
-    tool_name: str = "",
-    data: JSONObject | None = None,
-) -> Event:
+class EventFields(TypedDict, total=False):
+    """What an event says besides its action and actor."""
+
+    call_id: UUID | None
+    agent_name: str
+    tool_name: str
+    data: JSONObject | None
+
+
+def record(action: str, *, actor: tuple[str, str], **fields: Unpack[EventFields]) -> Event:
     """Append one event to the chain, inside the caller's transaction.
 
     The caller's transaction is the point: the event commits or rolls back with
     the state change it describes. Everything but the append itself is prepared
     before the chain lock is taken: the lock serialises every writer until commit.
     """
-    return record_event(
-        new_event(action, actor=actor, call_id=call_id, agent_name=agent_name, tool_name=tool_name, data=data)
-    )
+    return record_event(new_event(action, actor=actor, **fields))
 
 
 def record_event(event: Event) -> Event:
@@ -99,40 +100,24 @@ def recorded(event: Event) -> None:
     event_recorded.send(sender=Event, event=event)
 
 
-def new_event(
-    action: str,
-    *,
-    actor: tuple[str, str],
-    call_id: UUID | None = None,
-    agent_name: str = "",
-    tool_name: str = "",
-    data: JSONObject | None = None,
-) -> Event:
+def new_event(action: str, *, actor: tuple[str, str], **fields: Unpack[EventFields]) -> Event:
     """Return an event not yet chained."""
     return Event(
         actor_kind=actor[0],
         actor_name=actor[1][:150],
         action=action,
-        call_id=call_id,
-        agent_name=agent_name[:150],
-        tool_name=tool_name[:100],
+        call_id=fields.get("call_id"),
+        agent_name=fields.get("agent_name", "")[:150],
+        tool_name=fields.get("tool_name", "")[:100],
         # Normalised so the hash covers exactly what the database stores and gives back.
-        data=normalized(data or {}),
+        data=normalized(fields.get("data") or {}),
     )
 
 
 @transaction.atomic
-def record_alone(
-    action: str,
-    *,
-    actor: tuple[str, str],
-    call_id: UUID | None = None,
-    agent_name: str = "",
-    tool_name: str = "",
-    data: JSONObject | None = None,
-) -> Event:
+def record_alone(action: str, *, actor: tuple[str, str], **fields: Unpack[EventFields]) -> Event:
     """Append an event that describes no other database change (e.g. a refused request)."""
-    return record(action, actor=actor, call_id=call_id, agent_name=agent_name, tool_name=tool_name, data=data)
+    return record(action, actor=actor, **fields)
 
 
 # An event's hashed columns but its data, as `_breaks` reads them: seq, created_at (text on PostgreSQL), actor_kind,
