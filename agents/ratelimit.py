@@ -1,24 +1,30 @@
 """Per-agent request rate limits, shared by every web process through Redis.
 
 A fixed one-minute window per agent: simple to reason about, one round trip
-(INCR + EXPIRE in a pipeline). Without Redis (the embedded demo) the count is
-kept in this process. A limiter that cannot reach Redis lets requests through:
-an outage of the limiter must not become an outage of the API.
+(INCR + EXPIRE in a pipeline). When Redis cannot be reached, or none is configured
+(the embedded demo), requests are let through: an outage of the limiter must not
+become an outage of the API. That is said, never hidden behind a count kept per
+process (which would multiply the limit by the number of processes): a warning at
+most once a minute, and every request let through in
+`gatehouse_redis_unavailable_total{use="rate_limit"}`.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 from dataclasses import dataclass
-from functools import lru_cache
 
 import redis
 from django.conf import settings
 
-log = logging.getLogger(__name__)
+from agents import redisclient
+
 WINDOW_SECONDS = 60
+# A failed round trip makes the next requests skip Redis for this long: while it is down,
+# each would otherwise wait for its own connection timeout.
+RETRY_AFTER_FAILURE = 1.0
+SOCKET_TIMEOUT = 0.25
+OUTAGE = redisclient.Outage("rate_limit", "per-agent rate limits are not enforced; requests are let through")
 
 
 @dataclass(frozen=True)
@@ -32,33 +38,28 @@ def _window(now: float) -> tuple[int, int]:
     return start, start + WINDOW_SECONDS - int(now)
 
 
-@lru_cache(maxsize=4)
-def _client(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, socket_timeout=0.25, socket_connect_timeout=0.25)
-
-
-_local_counts: dict[tuple[int, int], int] = {}
-_local_lock = threading.Lock()
-
-
-def _count_locally(agent_id: int, window: int) -> int:
-    with _local_lock:
-        for key in [k for k in _local_counts if k[1] < window]:
-            del _local_counts[key]
-        _local_counts[(agent_id, window)] = _local_counts.get((agent_id, window), 0) + 1
-        return _local_counts[(agent_id, window)]
+# When a round trip last failed (assigning a float is atomic: no lock needed).
+_failed_at: float | None = None
 
 
 def _count_in_redis(url: str, agent_id: int, window: int) -> int | None:
+    """Count the request in Redis; return the window's count, or None if Redis could not be asked."""
+    global _failed_at
+    if _failed_at is not None and time.monotonic() - _failed_at < RETRY_AFTER_FAILURE:
+        OUTAGE.noted("it failed less than a second ago")
+        return None
     key = f"gatehouse:rate:{agent_id}:{window}"
     try:
-        pipe = _client(url).pipeline()
+        pipe = redisclient.client(url, timeout=SOCKET_TIMEOUT).pipeline()
         pipe.incr(key)
         pipe.expire(key, WINDOW_SECONDS + 5)
         count, _ = pipe.execute()
-    except redis.RedisError:
-        log.warning("rate limiter cannot reach Redis; letting the request through")
+    except redis.RedisError as exc:
+        _failed_at = time.monotonic()
+        OUTAGE.noted(exc)
         return None
+    _failed_at = None
+    OUTAGE.recovered()
     return int(count)
 
 
@@ -69,7 +70,10 @@ def hit(agent_id: int) -> RateDecision:
         return RateDecision(True)
     window, remaining = _window(time.time())
     url = settings.GATEHOUSE_REDIS_URL
-    count = _count_in_redis(url, agent_id, window) if url else _count_locally(agent_id, window)
+    if not url:
+        OUTAGE.noted("no GATEHOUSE_REDIS_URL")
+        return RateDecision(True)
+    count = _count_in_redis(url, agent_id, window)
     if count is None or count <= limit:
         return RateDecision(True)
     return RateDecision(False, retry_after=max(1, remaining))

@@ -1,4 +1,11 @@
-"""`/healthz`: is this process alive, and can it reach the database and the broker?"""
+"""Health endpoints for a load balancer's or an orchestrator's probes.
+
+`/healthz/live` says the process answers requests, and nothing more: a dependency that is down
+must not make an orchestrator restart every replica, which would not bring it back.
+`/healthz/ready` (and `/healthz`, its older name) says whether this process can do its work:
+it reaches the database and the Celery broker. Gatehouse's own Redis uses (rate limits,
+waiters; `GATEHOUSE_REDIS_URL`) fail open, so they are not part of readiness.
+"""
 
 from __future__ import annotations
 
@@ -30,7 +37,15 @@ def _broker_ok() -> bool:
 
 @never_cache
 @require_GET
-def healthz(request: HttpRequest) -> JsonResponse:
+def live(request: HttpRequest) -> JsonResponse:
+    """Return 200 whenever this process answers: no dependency is consulted."""
+    return JsonResponse({"status": "ok"})
+
+
+@never_cache
+@require_GET
+def ready(request: HttpRequest) -> JsonResponse:
+    """Return 200 when the database and the broker are reachable, 503 naming the one that is not."""
     checks = {"database": _database_ok(), "broker": _broker_ok()}
     ok = all(checks.values())
     body = {"status": "ok" if ok else "degraded", **{k: "ok" if v else "unreachable" for k, v in checks.items()}}

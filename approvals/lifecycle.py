@@ -7,11 +7,11 @@ database (the execution message, telling waiters) happen after commit.
 
 The life of a call: `propose` (approved or pending_approval) or `refuse_proposal`;
 a reviewer's `approve`, `reject`, `edit_arguments`; the clock's `expire`; a policy
-change's `rejudge` / `refuse_on_policy_change`; a deactivation's `withdraw`; then a
-worker's attempt: `claim` → `record_result` → `finish` (or `record_read`, or
-`fail_attempt`), `return_for_approval` / `refuse_on_recheck` when the tool changed
-since approval, and the sweeper's `requeue` / `release_expired_lease`. Beside the
-life, `store_preview` keeps the dry run a reviewer reads.
+change's `rejudge` / `refuse_on_policy_change`; a deactivation's `withdraw` (or the
+agent's own, `withdraw_by_agent`); then a worker's attempt: `claim` → `record_result`
+→ `finish` (or `record_read`, or `fail_attempt`), `return_for_approval` /
+`refuse_on_recheck` when the tool changed since approval, and the sweeper's `requeue` /
+`release_expired_lease`. Beside the life, `store_preview` keeps the dry run a reviewer reads.
 """
 
 from __future__ import annotations
@@ -56,6 +56,8 @@ SWEEPER = (ActorKind.SYSTEM, "sweeper")
 Events = list[tuple[str, JSONObject]]
 # Conditions a compare-and-set adds on the row (`QuerySet.filter` keywords: values, querysets, datetimes).
 Where = Mapping[str, object]
+# The error code of a call its agent withdrew (refused, like a deactivated agent's: not a status of its own).
+WITHDRAWN_BY_AGENT = "withdrawn_by_agent"
 
 
 # ------------------------------------------------------------------ the one compare-and-set
@@ -393,6 +395,28 @@ def withdraw(call: ToolCall) -> bool:
         error=error,
         finished_at=timezone.now(),
     )
+
+
+def withdraw_by_agent(call: ToolCall) -> bool:
+    """Withdraw a call its own agent no longer wants, if nothing has started it; return whether this caller did.
+
+    As a deactivation's withdrawal: a pending or approved call is refused and never
+    runs; a call a worker already claimed (executing) runs to its end, and a finished
+    one is left as it is. The row lock orders this after a decision in progress.
+    """
+    error = {"error": WITHDRAWN_BY_AGENT, "message": "The agent withdrew this call before it ran: it will not run."}
+    with transaction.atomic():
+        held = locked(call)
+        return _move(
+            held,
+            WITHDRAWABLE_STATUSES,
+            Status.REFUSED,
+            actor=(ActorKind.AGENT, held.agent.name),
+            action="call.withdrawn",
+            data={"reason": WITHDRAWN_BY_AGENT, "was": held.status, "error": error},
+            error=error,
+            finished_at=timezone.now(),
+        )
 
 
 # ------------------------------------------------------------------ a policy change

@@ -17,6 +17,7 @@ from django.db import transaction
 from kombu import pools
 from kombu.pools import ProducerPool
 
+from approvals import telemetry
 from approvals.models import ToolCall
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,8 @@ def enqueue(call: ToolCall, countdown: float | None = None) -> bool:
     """Send the execution task; return False (and log) if the broker is unreachable.
 
     The message says what the call is as sent (attempt number, tool and agent names),
-    so the worker can claim it without reading it first.
+    so the worker can claim it without reading it first, and carries the trace context
+    the call keeps (its execution continues the agent's trace, `approvals.telemetry`).
     """
     sent = Sent.of(call)
     kwargs = {"call_id": str(call.pk), "attempts": sent.attempts, "agent": sent.agent, "tool": sent.tool}
@@ -52,7 +54,14 @@ def enqueue(call: ToolCall, countdown: float | None = None) -> bool:
     app: CeleryApp = current_app._get_current_object()  # type: ignore[attr-defined]
     try:
         with fail_fast_producers(app).acquire(block=True, timeout=2) as producer:
-            app.send_task(EXECUTE_CALL, kwargs=kwargs, countdown=countdown, retry=False, producer=producer)
+            app.send_task(
+                EXECUTE_CALL,
+                kwargs=kwargs,
+                countdown=countdown,
+                retry=False,
+                producer=producer,
+                headers=telemetry.message_headers(call.traceparent, call.tracestate),
+            )
     except Exception as exc:  # noqa: BLE001 — any broker failure; the sweeper sends it again
         log.warning("broker unreachable (%s); call %s left to the sweeper", exc, call.pk)
         return False

@@ -7,6 +7,12 @@ nothing, and a proposal pays nothing for being measured. Each scrape costs a few
 aggregate queries, on indexed columns where the tables grow (events by action,
 deliveries by status, calls by status).
 
+One exception, because the database cannot hold it: times a process went on without
+Redis (`gatehouse_redis_unavailable_total`, `agents.redisclient`) are counted where they
+happen. Each process answers with its own count, unless PROMETHEUS_MULTIPROC_DIR names
+a directory all of a host's processes share (prometheus_client's multiprocess mode):
+then with all of theirs.
+
 The endpoint answers only `Authorization: Bearer $GATEHOUSE_METRICS_TOKEN`; with
 no token configured it does not exist (404).
 """
@@ -14,6 +20,7 @@ no token configured it does not exist (404).
 from __future__ import annotations
 
 import hmac
+import os
 from collections.abc import Iterable, Iterator
 from datetime import timedelta
 
@@ -25,8 +32,10 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from agents import redisclient
 from approvals.models import ToolCall
 from approvals.states import Status
 from audit.models import Event
@@ -127,9 +136,14 @@ def notification_metrics() -> Iterable[Metric]:
 
 
 def registry() -> CollectorRegistry:
-    """Return a registry holding Gatehouse's collector alone (no process metrics: they would differ per worker)."""
+    """Return a registry of Gatehouse's metrics (no process metrics: they would differ per worker)."""
     holder = CollectorRegistry(auto_describe=False)
     holder.register(GatehouseCollector())
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # It registers itself, and reads every process's counts; prometheus_client leaves it unannotated.
+        MultiProcessCollector(holder)  # type: ignore[no-untyped-call]
+    else:
+        holder.register(redisclient.UNAVAILABLE)
     return holder
 
 

@@ -61,6 +61,10 @@ class ToolCall(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The proposal's W3C trace context: an execution continues the agent's trace, however long after
+    # the proposal a reviewer approves it (approvals.telemetry).
+    traceparent = models.CharField(max_length=55, blank=True, default="", editable=False)
+    tracestate = models.CharField(max_length=512, blank=True, default="", editable=False)
 
     # Not a column: set by the console's activity page on the calls it lists (who approved or rejected each).
     deciders: list[str]

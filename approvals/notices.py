@@ -2,28 +2,30 @@
 
 Published only after the change commits (`approvals.lifecycle`), so a waiter told a
 status finds the row there or further on. Without Redis (the embedded demo) nobody
-is told, and waiters poll (`approvals.watch`).
+is told, and waiters poll (`approvals.watch`); a change that cannot be announced
+counts in `gatehouse_redis_unavailable_total{use="announce"}` (`agents.redisclient`).
 """
 
 from __future__ import annotations
 
-import logging
 import uuid
-from functools import lru_cache
 
 import redis
 from django.conf import settings
 
-log = logging.getLogger(__name__)
+from agents import redisclient
+
+SOCKET_TIMEOUT = 1.0
+OUTAGE = redisclient.Outage("announce", "changes of calls are not announced; waiters read the database instead")
 
 
 def channel(call_id: uuid.UUID | str) -> str:
     return f"gatehouse:call:{call_id}"
 
 
-@lru_cache(maxsize=4)
 def client(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=0.25)
+    """Return the client of Gatehouse's Redis at `url` (a Sentinel URL: the current master)."""
+    return redisclient.client(url, timeout=SOCKET_TIMEOUT)
 
 
 def announce(call_id: uuid.UUID | str, status: str) -> None:
@@ -33,4 +35,6 @@ def announce(call_id: uuid.UUID | str, status: str) -> None:
     try:
         client(settings.GATEHOUSE_REDIS_URL).publish(channel(call_id), status)
     except redis.RedisError as exc:  # waiters still read the row every SAFETY_POLL
-        log.warning("cannot announce a change of call %s: %s", call_id, exc)
+        OUTAGE.noted(exc)
+        return
+    OUTAGE.recovered()

@@ -24,7 +24,7 @@ from agents.breakers import record_success
 from agents.budgets import Budget, BudgetExhausted, budgets_for, exhausted
 from agents.grants import ReadGrant, find_grant
 from agents.models import Agent, BudgetScope, Grant
-from approvals import execution, lifecycle, limits, sensitive, standing
+from approvals import execution, lifecycle, limits, sensitive, standing, telemetry
 from approvals.errors import ApiError
 from approvals.jsonbody import nul_fields
 from approvals.models import StandingApproval, ToolCall
@@ -468,6 +468,7 @@ def _new_call(
         risk_tier=verdict.risk_tier,
         risk_reasons=verdict.risk_reasons,
         on_behalf_of=proposal.on_behalf_of,
+        **telemetry.proposal_trace(),
         **fields,
     )
     call.sensitive_values = values

@@ -4,8 +4,8 @@ Every proposal reads its agent and grant, then stores the call, spends its budge
 and chains its `call.proposed` event. On PostgreSQL this module does that in three
 round trips: one statement reads the agent, its grant, the tool, the tool's base
 tier, its circuit breaker and every tier (`authenticate_with_grant`); one message
-carries BEGIN, the INSERT, the budgets' upserts, the chain lock, the append and
-the COMMIT (`commit_proposed`). The twins — the ORM's `Agent.authenticate`,
+carries BEGIN, the INSERT, the budgets' upserts, the event's INSERT (unsealed: the
+sequencer chains it later) and the COMMIT (`commit_proposed`). The twins — the ORM's `Agent.authenticate`,
 `agents.grants.find_grant`, `agents.budgets.spend`, `audit.chain.record_event`
 — run on SQLite, and on PostgreSQL with `GATEHOUSE_POSTGRESQL_STORE` off, in the
 same order on the same rows, so both give the same data. docs/benchmarks.md gives
@@ -140,13 +140,12 @@ def _grant_from_row(agent: Agent, row: Sequence[SQLValue]) -> Grant:
 def commit_proposed(
     call: ToolCall, budgets: list[Budget], now: datetime, event: Event, also: Callable[[], None] | None = None
 ) -> None:
-    """Insert `call`, spend one call from each of `budgets`, chain `event`: one transaction, committed on return.
+    """Insert `call`, spend one call from each of `budgets`, insert `event`: one transaction, committed on return.
 
     In this order on both paths: the call's unique key decides a duplicate first
-    (IntegrityError: nothing spent), the counter rows are locked before the chain,
-    as every row is, and the chain lock comes last. The portable twin runs inside a
-    caller's transaction (which then commits it all), and where the proposal writes
-    more (`also`, in the same transaction).
+    (IntegrityError: nothing spent), then the counter rows, then the event. The
+    portable twin runs inside a caller's transaction (which then commits it all),
+    and where the proposal writes more (`also`, in the same transaction).
     """
     if also is not None or not chain_store.postgresql_statements() or connection.in_atomic_block:
         with transaction.atomic():
@@ -167,12 +166,11 @@ _OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
 
 def _commit_in_one_message(call: ToolCall, budgets: list[Budget], event: Event) -> None:
-    """PostgreSQL: BEGIN, the INSERT, the budgets' upserts, the chain lock, the append and COMMIT, one message.
+    """PostgreSQL: BEGIN, the INSERT, the budgets' upserts, the event's INSERT and COMMIT, one message.
 
-    The chain lock is then held for the append and the COMMIT only, never across a
-    round trip. A failed statement skips the rest and leaves the transaction to roll
-    back: a taken key raises IntegrityError, a spent-out budget (the counter's
-    `used <= cap` constraint) BudgetExhausted.
+    A failed statement skips the rest and leaves the transaction to roll back: a
+    taken key raises IntegrityError, a spent-out budget (the counter's `used <= cap`
+    constraint) BudgetExhausted.
     """
     connection.ensure_connection()
     conn = connection.connection
@@ -184,7 +182,7 @@ def _commit_in_one_message(call: ToolCall, budgets: list[Budget], event: Event) 
                 _queue_insert(statements, call)
                 for budget in budgets:
                     statements.execute(_spend_sql(), [call.agent_id, budget.scope, budget.key, budget.limit])
-                chain_store.queue_append(appending, event)
+                chain_store.queue_insert(appending, event)
                 statements.execute("COMMIT")
         except Exception as error:
             if conn.info.transaction_status in _OPEN:  # the failed statement left it open, and aborted
@@ -193,7 +191,7 @@ def _commit_in_one_message(call: ToolCall, budgets: list[Budget], event: Event) 
             if isinstance(error, IntegrityError) and _spent_out(error):
                 raise BudgetExhausted(*_which_spent_out(call.agent, budgets)) from error
             raise
-        chain_store.appended(event, appending.fetchone())
+        chain_store.inserted(event, appending.fetchone())
 
 
 @functools.cache

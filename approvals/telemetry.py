@@ -8,8 +8,11 @@ imported. On, each process exports its own spans over OTLP/HTTP (protobuf).
 
 One trace follows a call: the agent's `traceparent` (its HTTP request, or the MCP
 request's `_meta`, which the MCP SDK's own `tools/call` span reads) parents the
-proposal's `execute_tool {tool}` span; the execution message carries the context
-in its headers; the worker's `execute_tool {tool}` span is its child, and the
+proposal's `execute_tool {tool}` span. The call keeps that span's context (its
+`traceparent` and `tracestate` columns; the agent's own when this process does not
+trace), and every execution message carries the kept context in its headers, so the
+worker's `execute_tool {tool}` span is the proposal's child whether the call ran at
+once or a reviewer approved it hours later (or the sweeper sent it again). The
 executor sends it downstream as `traceparent` (`toolcatalog.executors`). Spans
 name the tool, the call and the conversation (GenAI semantic conventions), never
 an argument value.
@@ -20,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
@@ -46,6 +50,11 @@ CALL_ID: ContextVar[str | None] = ContextVar("gatehouse_call_id", default=None)
 EXECUTE_CALL = "approvals.tasks.execute_call"  # as approvals.messages names it (importing it would load the models)
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER")
 TRACE_HEADERS = ("traceparent", "tracestate")
+# W3C Trace Context: version 00's traceparent, and the most of a tracestate a call keeps (its column's size).
+TRACEPARENT = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
+MAX_TRACESTATE = 512
+# The trace context the call being proposed in this context keeps: (traceparent, tracestate).
+PROPOSAL_TRACE: ContextVar[tuple[str, str]] = ContextVar("gatehouse_proposal_trace", default=("", ""))
 
 _lock = threading.Lock()
 _enabled: bool | None = None
@@ -137,6 +146,7 @@ class ProposalScope:
         self.carrier, self.tool, self.conversation_id = carrier, tool, conversation_id
         self.span: Span | None = None
         self._span_scope: AbstractContextManager[Span] | None = None
+        self._trace_token: Token[tuple[str, str]] | None = None
 
     def __enter__(self) -> ProposalScope:
         if tracing_enabled():
@@ -153,6 +163,10 @@ class ProposalScope:
                 set_status_on_exception=False,
             )
             self.span = self._span_scope.__enter__()
+            kept = _current_trace()
+        else:
+            kept = _agents_trace(self.carrier)
+        self._trace_token = PROPOSAL_TRACE.set(kept)
         return self
 
     def called(self, call_id: object, status: str, risk_tier: int | None) -> None:
@@ -165,12 +179,50 @@ class ProposalScope:
                 self.span.set_attribute("gatehouse.risk_tier", risk_tier)
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self._trace_token is not None:
+            PROPOSAL_TRACE.reset(self._trace_token)
         if self.span is not None and exc is not None:
             # A refusal's code (ApiError.code), or the kind of failure: the agent's input stays out of the span.
             self.span.set_attribute("error.type", str(getattr(exc, "code", type(exc).__qualname__)))
             self.span.set_status(trace.StatusCode.ERROR)
         if self._span_scope is not None:
             self._span_scope.__exit__(kind, exc, tb)
+
+
+def proposal_trace() -> dict[str, str]:
+    """Return the trace context a call proposed now keeps (its `traceparent` and `tracestate` fields)."""
+    traceparent, tracestate = PROPOSAL_TRACE.get()
+    return {"traceparent": traceparent, "tracestate": tracestate}
+
+
+def message_headers(traceparent: str, tracestate: str) -> dict[str, str]:
+    """Return the headers that make an execution message continue a call's kept trace context (none if it has none)."""
+    if not traceparent:
+        return {}
+    return {"traceparent": traceparent, "tracestate": tracestate} if tracestate else {"traceparent": traceparent}
+
+
+def _current_trace() -> tuple[str, str]:
+    """Return the current span's context as W3C headers (the proposal's span, when tracing)."""
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return _kept(carrier)
+
+
+def _agents_trace(carrier: Mapping[str, str] | None) -> tuple[str, str]:
+    """Return the agent's own trace context from its request's headers, if well formed (this process does not trace)."""
+    if carrier is None:
+        return "", ""
+    return _kept({name: carrier.get(name) or "" for name in TRACE_HEADERS})
+
+
+def _kept(carrier: Mapping[str, str]) -> tuple[str, str]:
+    """Return (traceparent, tracestate) as a call keeps them: a well-formed traceparent, and a tracestate that fits."""
+    traceparent = carrier.get("traceparent", "").strip().lower()
+    if not TRACEPARENT.fullmatch(traceparent):
+        return "", ""
+    tracestate = carrier.get("tracestate", "").strip()
+    return traceparent, tracestate if len(tracestate) <= MAX_TRACESTATE else ""
 
 
 @contextmanager
@@ -214,8 +266,11 @@ def gen_ai_attributes(tool: str, call_id: str | None, conversation_id: str | Non
 
 @before_task_publish.connect
 def _inject_into_message(headers: dict[str, object] | None = None, **kwargs: object) -> None:
-    """Carry the sender's trace context in the message's headers (the worker sees them on `task.request`)."""
-    if headers is not None and tracing_enabled():
+    """Carry the sender's trace context in the message's headers (the worker sees them on `task.request`).
+
+    A message that already carries one (an execution: the context its call keeps) is left as it is.
+    """
+    if headers is not None and not headers.get("traceparent") and tracing_enabled():
         propagate.inject(headers)
 
 

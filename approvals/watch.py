@@ -5,11 +5,13 @@ that status on the call's Redis channel once its transaction commits
 (`approvals.notices`). A waiting request subscribes *before* it reads the call, so a
 change that commits in between is either in what it reads or in a message it will
 get. A lost message costs at most `SAFETY_POLL`: the waiter reads the status again
-anyway. Without Redis (the embedded demo) it polls, starting short."""
+anyway. Without Redis (the embedded demo) it polls the database, starting short. When
+Redis cannot be reached, a waiter polls the database the same way (the wait still ends
+on the change, at most SAFETY_POLL late), counted once per wait in
+`gatehouse_redis_unavailable_total{use="wait"}` and said in a warning at most once a minute."""
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 import uuid
@@ -21,13 +23,14 @@ from django.conf import settings
 from django.db import connection
 from redis.client import PubSub
 
+from agents import redisclient
 from approvals.models import ToolCall
 from approvals.notices import channel, client
 from approvals.serializers import call_body
 from approvals.states import SETTLED_STATUSES, TERMINAL_STATUSES
 from audit.typealiases import JSONObject
 
-log = logging.getLogger(__name__)
+OUTAGE = redisclient.Outage("wait", "waiters poll the database")
 
 # Re-read the row at least this often even when told nothing (a message lost with Redis).
 SAFETY_POLL = 0.5
@@ -106,15 +109,21 @@ def _changes(call_id: uuid.UUID) -> Iterator[NextChange]:
         # Once the server confirms, we are subscribed: only then may the row be read.
         _subscribe(pubsub, name)
     except redis.RedisError as exc:
-        log.warning("cannot subscribe to changes of call %s (%s); polling", call_id, exc)
+        OUTAGE.noted(exc)
         pubsub.close()
         yield _sleeping()
         return
+    OUTAGE.recovered()
+    lost = False
 
     def next_change(most: float) -> str | None:
+        nonlocal lost
         try:
             message = pubsub.get_message(ignore_subscribe_messages=True, timeout=min(most, SAFETY_POLL))
-        except redis.RedisError:
+        except redis.RedisError as exc:
+            if not lost:  # once per wait: the rest of it polls
+                lost = True
+                OUTAGE.noted(exc)
             time.sleep(min(most, SAFETY_POLL))
             return None
         if message is None or message["channel"] != name.encode():  # nothing, or left by an earlier wait

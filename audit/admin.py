@@ -27,8 +27,10 @@ class EventAdmin(admin.ModelAdmin[Event]):
         ("agent_name", "tool_name"),
         "call_id",
         "data_pretty",
+        "digest",
         "prev_hash",
         "hash",
+        "sealed_at",
     ]
 
     @admin.display(description="data")

@@ -3,12 +3,15 @@
 Each event's hash covers the previous event's hash and its own fields, so any
 edit, insertion or deletion inside the chain breaks every hash after it; signed
 checkpoints (audit/checkpoints.py) make cutting off the tail detectable too.
-Writers are serialised so two never chain to the same head (audit/store.py).
+Writers insert events unsealed and wait on no one; the sequencer (audit/sequencer.py)
+gives committed events their seq and hash. The walks here cover sealed events only.
 
-Events are hashed in the one canonical form (audit/canonical.py, RFC 8785).
-Events written before it kept their hash of the earlier form (`_legacy_json`), and
-verify by it: each form is one text per JSON value, so content that matches its
-hash under either is the content that was hashed.
+Sealed events hash the digest of their canonical content (audit/hashing.py, the
+sealed form). Events chained before the sequencer hash their content directly, in
+the canonical form (audit/canonical.py, RFC 8785), and events written before that
+kept their hash of the earlier form (`_legacy_json`), and verify by it: each form is
+one text per JSON value, so content that matches its hash under any is the content
+that was hashed.
 """
 
 from __future__ import annotations
@@ -31,12 +34,11 @@ from django.db import connection, transaction
 from django.db.models import F, Max, Min, TextField
 from django.db.models.expressions import Combinable, RawSQL
 from django.db.models.functions import Cast
-from psycopg.conninfo import make_conninfo
 from typing_extensions import Unpack
 
 from audit import store
 from audit.canonical import normalized
-from audit.hashing import CREATED_TEXT_SQL, GENESIS_HASH, chained, event_hash
+from audit.hashing import CREATED_TEXT_SQL, GENESIS_HASH, chained, content_digest, event_hash, sealed_hash
 from audit.models import HASHED_FIELDS, Event
 from audit.signals import event_recorded
 from audit.typealiases import JSONObject, JSONValue, SQLRow
@@ -80,14 +82,14 @@ def record(action: str, *, actor: tuple[str, str], **fields: Unpack[EventFields]
     """Append one event to the chain, inside the caller's transaction.
 
     The caller's transaction is the point: the event commits or rolls back with
-    the state change it describes. Everything but the append itself is prepared
-    before the chain lock is taken: the lock serialises every writer until commit.
+    the state change it describes. It is inserted unsealed and takes no lock; the
+    sequencer seals it once committed.
     """
     return record_event(new_event(action, actor=actor, **fields))
 
 
 def record_event(event: Event) -> Event:
-    """Append `event` (`new_event`) to the chain inside the caller's transaction, and tell who listens."""
+    """Insert `event` (`new_event`) unsealed inside the caller's transaction, and tell who listens after commit."""
     if not connection.in_atomic_block:
         raise RuntimeError("audit.record() must run inside the transaction it describes")
     store.append(event)
@@ -101,7 +103,7 @@ def recorded(event: Event) -> None:
 
 
 def new_event(action: str, *, actor: tuple[str, str], **fields: Unpack[EventFields]) -> Event:
-    """Return an event not yet chained."""
+    """Return an event not yet inserted."""
     return Event(
         actor_kind=actor[0],
         actor_name=actor[1][:150],
@@ -132,7 +134,7 @@ class ChainBreak:
 
 
 def iter_breaks(chunk_size: int = 10_000) -> Iterator[ChainBreak]:
-    """Yield the places where the stored chain does not verify, in order.
+    """Yield the places where the sealed chain does not verify, in order (unsealed events are not in it yet).
 
     Streams plain tuples (no model instances), `data` as its JSON text and, on
     PostgreSQL, `created_at` as ISO text: a walk over a million events is bound by
@@ -144,9 +146,10 @@ def iter_breaks(chunk_size: int = 10_000) -> Iterator[ChainBreak]:
         name if name != "call_id" else "call_text" for name in HASHED_FIELDS if name not in ("created_at", "data")
     ]
     rows = (
-        Event.objects.order_by("seq")
+        Event.objects.filter(seq__isnull=False)
+        .order_by("seq")
         .annotate(created_text=_created_at_column(), call_text=_call_id_column(), data_text=Cast("data", TextField()))
-        .values_list("created_text", "data_text", *columns, "prev_hash", "hash")
+        .values_list("created_text", "data_text", *columns, "digest", "prev_hash", "hash")
     )
     yield from _breaks(rows.iterator(chunk_size=chunk_size), 1, GENESIS_HASH, [])
 
@@ -158,23 +161,30 @@ def _breaks(
 
     When the rows run out, `tail` receives the last (seq, hash) walked. The loop is
     the walk's hot path (a million events): the columns are named rather than packed
-    into a tuple, and the orjson check runs inline; `_content_matches` decides the rest.
+    into a tuple, and the orjson check runs inline, by the event's form (a sealed
+    event has a digest); `_content_matches` decides the rest.
     """
     seq = None
     loads, dumps, sha256, sorted_keys = orjson.loads, orjson.dumps, hashlib.sha256, orjson.OPT_SORT_KEYS
     fields_to_hash = Event.fields_to_hash
-    for created, data_text, seq, kind, actor, action, call_id, agent, tool, stored_prev, stored_hash in rows:
+    for created, data_text, seq, kind, actor, action, call_id, agent, tool, digest, stored_prev, stored_hash in rows:
         if seq != expected_seq:
             yield ChainBreak(expected_seq, f"event #{expected_seq} is missing")
         if stored_prev != prev_hash:
             yield ChainBreak(seq, "does not chain to the event before it")
         try:  # created: the hashed text on PostgreSQL, a datetime elsewhere
             fields = fields_to_hash(seq, created, kind, actor, action, call_id, agent, tool, loads(data_text))
-            intact = sha256(stored_prev.encode() + dumps(fields, option=sorted_keys)).hexdigest() == stored_hash
+            if digest is None:
+                intact = sha256(stored_prev.encode() + dumps(fields, option=sorted_keys)).hexdigest() == stored_hash
+            else:
+                del fields["seq"]
+                computed = sha256(dumps(fields, option=sorted_keys)).hexdigest()
+                sealed = sha256(f"{stored_prev}\n{seq}\n{computed}".encode()).hexdigest()
+                intact = computed == digest and sealed == stored_hash
         except (orjson.JSONDecodeError, orjson.JSONEncodeError):
             intact = False
         if not intact and not _content_matches(
-            (seq, created, kind, actor, action, call_id, agent, tool), data_text, stored_prev, stored_hash
+            (seq, created, kind, actor, action, call_id, agent, tool), data_text, digest, stored_prev, stored_hash
         ):
             yield ChainBreak(seq, "its content does not match its hash")
         expected_seq, prev_hash = seq + 1, stored_hash
@@ -189,7 +199,7 @@ PARALLEL_MIN_EVENTS = 200_000
 # One range of the chain, read by a walker process over its own connection.
 _RANGE_SQL = f"""
 SELECT {CREATED_TEXT_SQL.format("created_at")}, data::text,
-       seq, actor_kind, actor_name, action, call_id::text, agent_name, tool_name, prev_hash, hash
+       seq, actor_kind, actor_name, action, call_id::text, agent_name, tool_name, digest, prev_hash, hash
 FROM audit_event WHERE seq >= %s AND seq <= %s ORDER BY seq
 """  # noqa: S608 — no values interpolated
 
@@ -227,16 +237,6 @@ def _chain_first(first: SQLRow, rows: Iterator[SQLRow]) -> Iterator[SQLRow]:
     yield from rows
 
 
-def _conninfo() -> str:
-    settings = connection.settings_dict
-    names = {"dbname": "NAME", "user": "USER", "password": "PASSWORD", "host": "HOST", "port": "PORT"}
-    kwargs: dict[str, str | int] = {key: settings[name] for key, name in names.items() if settings.get(name)}
-    for option in ("sslmode", "sslrootcert", "sslcert", "sslkey", "options"):
-        if option in settings.get("OPTIONS", {}):
-            kwargs[option] = settings["OPTIONS"][option]
-    return make_conninfo("", **kwargs)
-
-
 def parallel_first_break(workers: int, low: int, high: int) -> ChainBreak | None:
     """Return the first break of the chain's events low..high, walked in `workers` forked processes.
 
@@ -250,7 +250,7 @@ def parallel_first_break(workers: int, low: int, high: int) -> ChainBreak | None
 
     step = -(-(high - low + 1) // workers)
     bounds = [(start, min(start + step - 1, high)) for start in range(low, high + 1, step)]
-    conninfo = _conninfo()
+    conninfo = store.conninfo()
     context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=len(bounds), mp_context=context) as pool:
         walks = list(pool.map(_walk_range, [conninfo] * len(bounds), *zip(*bounds, strict=True)))
@@ -282,16 +282,21 @@ def _call_id_column() -> Combinable:
     return Cast("call_id", TextField()) if connection.vendor == "postgresql" else F("call_id")
 
 
-def _content_matches(columns: _Columns, data_text: str, prev_hash: str, stored_hash: str) -> bool:
+def _content_matches(columns: _Columns, data_text: str, digest: str | None, prev_hash: str, stored_hash: str) -> bool:
     """Return whether an event's columns and data hash to `stored_hash`, by the exact forms.
 
     The walk checks with orjson first: its compact, key-sorted output is the
     canonical form's for most of the JSON the chain holds, but not all (float
     exponents, integers beyond 64 bits). Only the exact forms decide that an event
-    was altered: the canonical one, then the earlier one events written before it
-    were hashed in (their floats as they were written, then as PostgreSQL gave them back).
+    was altered: a sealed event's digest of its canonical content, chained; else the
+    canonical form, then the earlier one events written before it were hashed in
+    (their floats as they were written, then as PostgreSQL gave them back).
     """
     fields = Event.fields_to_hash(*columns, json.loads(data_text))
+    if digest is not None:
+        seq = fields.pop("seq")
+        computed = content_digest(fields)
+        return computed == digest and isinstance(seq, int) and sealed_hash(prev_hash, seq, computed) == stored_hash
     if event_hash(prev_hash, fields) == stored_hash or chained(prev_hash, _legacy_json(fields)) == stored_hash:
         return True
     return chained(prev_hash, _legacy_json(_as_legacy_floats(fields))) == stored_hash
@@ -306,7 +311,7 @@ def first_break(workers: int | None = None, parallel_min: int = PARALLEL_MIN_EVE
     """
     workers = workers or os.cpu_count() or 1
     if connection.vendor == "postgresql" and workers > 1 and not connection.in_atomic_block:
-        bounds = Event.objects.aggregate(low=Min("seq"), high=Max("seq"))
+        bounds = Event.objects.aggregate(low=Min("seq"), high=Max("seq"))  # unsealed events (NULL) count in neither
         low, high = bounds["low"], bounds["high"]
         if low is not None and high - low + 1 >= max(parallel_min, workers):
             return parallel_first_break(workers, low, high)

@@ -1,6 +1,6 @@
 """Signed checkpoints of the chain's head, kept outside the database and checked with public keys alone.
 
-A checkpoint says "event #N had hash H at time T", signed with Gatehouse's active
+A checkpoint says "event #N had hash H at time T" of the sealed head, signed with Gatehouse's active
 Ed25519 key (`vault.signing`). Kept elsewhere (a file shipped to write-once
 storage), it reveals a log whose tail was cut off or rewritten, which the chain
 alone cannot: a shortened or recomputed chain still verifies. Anyone holding the
@@ -51,11 +51,11 @@ def signed_text(seq: int, head: str, at: str) -> bytes:
 
 
 def make_checkpoint() -> str | None:
-    """Return a signed checkpoint (one line) of the current head, or None if the log is empty."""
-    head = Event.objects.order_by("-seq").values_list("seq", "hash").first()
-    if head is None:
+    """Return a signed checkpoint (one line) of the sealed head, or None if no event is sealed yet."""
+    head = Event.objects.filter(seq__isnull=False).order_by("-seq").values_list("seq", "hash").first()
+    seq, head_hash = head if head is not None else (None, None)
+    if seq is None or head_hash is None:
         return None
-    seq, head_hash = head
     at = timezone.now().isoformat()
     kid, signature = signing.sign(signed_text(seq, head_hash, at))
     return canonical_json({"seq": seq, "hash": head_hash, "at": at, "kid": kid, "signature": signing.b64url(signature)})
@@ -84,7 +84,7 @@ def checkpoint_problems(lines: Iterable[str], keys: signing.PublicKeys | None = 
     """
     keys = signing.keyring().public_keys() if keys is None else keys
     problems = []
-    last_seq = Event.objects.order_by("-seq").values_list("seq", flat=True).first() or 0
+    last_seq = Event.objects.filter(seq__isnull=False).order_by("-seq").values_list("seq", flat=True).first() or 0
     for number, line in enumerate((line.strip() for line in lines), start=1):
         if not line:
             continue

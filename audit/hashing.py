@@ -1,4 +1,19 @@
-"""How an event is chained: the hash that covers the previous event's hash and its own canonical text."""
+"""How an event is chained.
+
+Two forms, told apart by the event's `digest` column:
+
+- sealed form (every event the sequencer seals): `digest` is the SHA-256 (hex) of the
+  canonical JSON (audit/canonical.py, RFC 8785) of the event's hashed fields but
+  `seq`, computed when the event is inserted. Its `hash` is the SHA-256 (hex) of the
+  ASCII text `prev_hash + "\n" + seq + "\n" + digest`, seq in decimal digits
+  (`sealed_hash`). The text starts with 64 hex digits and a newline, where the
+  earlier form's has `{`: no text is both forms'.
+- chained form (events written before the sequencer; `digest` NULL): `hash` is the
+  SHA-256 (hex) of `prev_hash` followed by the canonical JSON of every hashed field,
+  seq included (`event_hash`).
+
+The first event's `prev_hash` is 64 zeros; each later event's is its predecessor's `hash`.
+"""
 
 from __future__ import annotations
 
@@ -23,3 +38,13 @@ def event_hash(prev_hash: str, fields: dict[str, object]) -> str:
 
 def chained(prev_hash: str, text: str) -> str:
     return hashlib.sha256((prev_hash + text).encode("utf-8")).hexdigest()
+
+
+def content_digest(content: dict[str, object]) -> str:
+    """Return the digest of an event's content (its hashed fields but seq): SHA-256 of the canonical JSON."""
+    return hashlib.sha256(canonical_json(content).encode("utf-8")).hexdigest()
+
+
+def sealed_hash(prev_hash: str, seq: int, digest: str) -> str:
+    """Return the hash that seals the event of `digest` at `seq` after `prev_hash` (the sealed form)."""
+    return hashlib.sha256(f"{prev_hash}\n{seq}\n{digest}".encode("ascii")).hexdigest()

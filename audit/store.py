@@ -1,56 +1,44 @@
-"""Appending an event to the chain: PostgreSQL's own statement, beside its portable twin.
+"""Inserting and sealing events: PostgreSQL's own statements, beside their portable twins.
 
-Writers are serialised so two never chain to the same head: a transaction-scoped
-advisory lock on PostgreSQL, the IMMEDIATE transaction on SQLite. The lock is the
-point every writer of the whole installation passes through, so on PostgreSQL the
-head is read, the time stamped and the hash computed by one statement sent with
-the lock (`queue_append`): the lock is then held for that message and the COMMIT
-only, not for a read, a hash in Python and an insert (the portable twin, which
-also runs with `GATEHOUSE_POSTGRESQL_STORE` off). docs/benchmarks.md gives the
-same-run A/B that keeps the PostgreSQL statement.
+Writers insert an event unsealed (no seq, no hashes) with the ORM, in their own
+transaction, and take no lock: two writers never wait on each other for the audit log.
+`queue_insert` is the same INSERT for approvals/store.py's one-message proposal.
+
+Sealers (audit/sequencer.py) serialise among themselves only: a transaction-scoped
+advisory lock on PostgreSQL, the IMMEDIATE transaction on SQLite. A batch of seals is
+written by one statement (`write_seals`): on PostgreSQL an UPDATE joined to arrays,
+its portable twin the ORM's bulk_update. Both touch only events still unsealed, and
+report how many they sealed, so a batch that raced another sealer is rolled back whole.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 
+import psycopg
 from django.conf import settings
 from django.db import connection
 from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
+from psycopg.conninfo import make_conninfo
 
-from audit.canonical import canonical_json
-from audit.hashing import CREATED_TEXT_SQL, GENESIS_HASH, event_hash
+from audit.hashing import GENESIS_HASH, content_digest
 from audit.models import Event
-from audit.typealiases import SQLRow, SQLValue
+from audit.typealiases import SQLValue
 
-# An arbitrary, fixed key for pg_advisory_xact_lock: "audit chain".
-CHAIN_LOCK_KEY = 0x6761746568
-_LOCK_SQL = "SELECT pg_advisory_xact_lock(%s)"
+# Arbitrary, fixed keys for the advisory locks: "audit seal" (one batch at a time) and
+# "audit lead" (one sequencer process sealing, the others waiting to take over).
+SEAL_LOCK_KEY = 0x6761746573
+LEADER_LOCK_KEY = 0x676174656C
+SEALING_COLUMNS = ("seq", "prev_hash", "hash", "sealed_at")
 
-# Sent after the chain lock in the same message; it gets its own snapshot, so it
-# reads the head only once the lock is held.
-_APPEND_SQL = f"""
-WITH head AS (SELECT seq, hash FROM audit_event ORDER BY seq DESC LIMIT 1),
-next AS (
-    SELECT COALESCE((SELECT seq FROM head), 0) + 1 AS seq,
-           COALESCE((SELECT hash FROM head), %(genesis)s) AS prev_hash,
-           clock_timestamp() AS at
-),
-stamped AS (
-    SELECT seq, prev_hash, at, {CREATED_TEXT_SQL.format("at")} AS at_text
-    FROM next
-)
-INSERT INTO audit_event
-    (seq, created_at, actor_kind, actor_name, action, call_id, agent_name, tool_name, data, prev_hash, hash)
-SELECT seq, at, %(actor_kind)s, %(actor_name)s, %(action)s, %(call_id)s::uuid, %(agent_name)s, %(tool_name)s,
-       %(data)s::jsonb, prev_hash,
-       encode(sha256(convert_to(
-           prev_hash || %(text_1)s || at_text || %(text_2)s || seq::text || %(text_3)s, 'UTF8'
-       )), 'hex')
-FROM stamped
-RETURNING id, seq, created_at, prev_hash, hash
-"""  # noqa: S608 — no values interpolated
+_SEAL_SQL = """
+UPDATE audit_event AS e SET seq = u.seq, prev_hash = u.prev_hash, hash = u.hash, sealed_at = %s
+FROM unnest(%s::bigint[], %s::bigint[], %s::varchar[], %s::varchar[]) AS u(id, seq, prev_hash, hash)
+WHERE e.id = u.id AND e.seq IS NULL
+"""
 
 
 def postgresql_statements() -> bool:
@@ -58,77 +46,116 @@ def postgresql_statements() -> bool:
     return connection.vendor == "postgresql" and settings.GATEHOUSE_POSTGRESQL_STORE
 
 
+# ------------------------------------------------------------------ inserting
+
+
 def append(event: Event) -> None:
-    """Chain `event` after the head and insert it, inside the caller's transaction."""
-    if not postgresql_statements():
-        _append_portably(event)
-        return
-    with connection.cursor() as cursor:
-        # Errors surface when the pipeline syncs, outside Django's cursor: wrap them as it would.
-        with connection.wrap_database_errors, connection.connection.pipeline():
-            queue_append(cursor, event)
-        appended(event, cursor.fetchone())
+    """Insert `event` unsealed, stamped and digested, inside the caller's transaction."""
+    prepare(event)
+    event.save(force_insert=True)
 
 
-def queue_append(cursor: CursorWrapper, event: Event) -> None:
-    """Queue the chain lock and the append of `event` on `cursor` (PostgreSQL, in a pipeline); `appended` reads it."""
-    cursor.execute(_LOCK_SQL, [CHAIN_LOCK_KEY])
-    cursor.execute(_APPEND_SQL, _append_params(event))
+def prepare(event: Event) -> None:
+    """Stamp `event` with the time and the digest of its content; its sealing columns stay NULL."""
+    event.created_at = timezone.now()
+    event.digest = content_digest(event.content_fields())
 
 
-def appended(event: Event, row: Sequence[SQLValue]) -> None:
-    """Fill `event` from the row the append returned."""
-    event.pk, event.seq, event.created_at, event.prev_hash, event.hash = row
+def queue_insert(cursor: CursorWrapper, event: Event) -> None:
+    """Queue the INSERT of `event` (prepared here) on `cursor`, as the ORM writes it; `inserted` reads it back."""
+    prepare(event)
+    fields = [field for field in Event._meta.concrete_fields if field.column != "id"]
+    columns = ", ".join(connection.ops.quote_name(field.column) for field in fields)
+    values = [field.get_db_prep_save(field.pre_save(event, True), connection) for field in fields]
+    placeholders = ", ".join(["%s"] * len(fields))
+    cursor.execute(f"INSERT INTO audit_event ({columns}) VALUES ({placeholders}) RETURNING id", values)  # noqa: S608
+
+
+def inserted(event: Event, row: Sequence[SQLValue]) -> None:
+    """Fill `event` from the row its INSERT returned."""
+    (event.pk,) = row
     event._state.adding = False
     event._state.db = connection.alias
 
 
-def _append_portably(event: Event) -> None:
-    """The portable twin: take the chain lock, read the head, hash in Python, insert."""
-    if connection.vendor == "postgresql":  # SQLite: the IMMEDIATE transaction already serialises writers
+# ------------------------------------------------------------------ sealing
+
+
+@dataclass(frozen=True)
+class Seal:
+    """An event's place in the chain, about to be written."""
+
+    id: int
+    seq: int
+    prev_hash: str
+    hash: str
+
+
+def lock_sealing() -> None:
+    """Hold the sealers' lock until this transaction ends (PostgreSQL; SQLite's IMMEDIATE transaction already does)."""
+    if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute(_LOCK_SQL, [CHAIN_LOCK_KEY])
-    head = Event.objects.order_by("-seq").values_list("seq", "hash").first()
-    event.seq, event.prev_hash = (head[0] + 1, head[1]) if head else (1, GENESIS_HASH)
-    event.created_at = timezone.now()
-    event.hash = event_hash(event.prev_hash, event.hashed_fields())
-    event.save(force_insert=True)
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [SEAL_LOCK_KEY])
 
 
-def _append_params(event: Event) -> dict[str, SQLValue]:
-    text_1, text_2, text_3 = _hashed_text_around(event)
-    return {
-        "genesis": GENESIS_HASH,
-        "data": canonical_json(event.data),
-        **{name: getattr(event, name) for name in ("actor_kind", "actor_name", "action", "agent_name", "tool_name")},
-        "call_id": event.call_id,
-        "text_1": text_1,
-        "text_2": text_2,
-        "text_3": text_3,
-    }
+def sealed_head() -> tuple[int, str]:
+    """Return the last sealed event's (seq, hash), or (0, genesis) when none is."""
+    head = Event.objects.filter(seq__isnull=False).order_by("-seq").values_list("seq", "hash").first()
+    seq, head_hash = head if head is not None else (None, None)
+    return (seq, head_hash) if seq is not None and head_hash is not None else (0, GENESIS_HASH)
 
 
-def _hashed_text_around(event: Event) -> tuple[str, str, str]:
-    """Return the event's canonical text in three pieces: before created_at's value, before seq's, after seq's.
-
-    Keys are sorted: action, actor_kind, actor_name, agent_name, call_id (plain
-    values) come before `created_at`, so its first occurrence is the top-level key;
-    `data` comes before `seq` and `tool_name` (a string) after it, so the last
-    `,"seq":` is the top-level one (a quote inside a JSON string is always escaped).
-    """
-    text = canonical_json({**event.fields_to_hash(0, timezone.now(), *_content(event)), "created_at": "T"})
-    before_time, _, rest = text.partition('"created_at":"T"')
-    middle, _, after = rest.rpartition(',"seq":0')
-    return before_time + '"created_at":"', '"' + middle + ',"seq":', after
+def unsealed(limit: int) -> list[tuple[int, str | None]]:
+    """Return up to `limit` (id, digest) of the unsealed events this transaction sees, oldest insert first."""
+    rows = Event.objects.filter(seq__isnull=True).order_by("id").values_list("id", "digest")[:limit]
+    return list(rows)
 
 
-def _content(event: Event) -> SQLRow:
-    return (
-        event.actor_kind,
-        event.actor_name,
-        event.action,
-        event.call_id,
-        event.agent_name,
-        event.tool_name,
-        event.data,
-    )
+def any_unsealed() -> bool:
+    """Return whether any committed event waits to be sealed."""
+    return Event.objects.filter(seq__isnull=True).exists()
+
+
+def unsealed_count() -> int:
+    """Return how many events wait to be sealed."""
+    return Event.objects.filter(seq__isnull=True).count()
+
+
+def write_seals(seals: list[Seal], sealed_at: datetime) -> int:
+    """Write `seals` in one statement, to events still unsealed only; return how many were sealed."""
+    if not seals:
+        return 0
+    if not postgresql_statements():
+        return _write_seals_portably(seals, sealed_at)
+    arrays = [[getattr(seal, name) for seal in seals] for name in ("id", "seq", "prev_hash", "hash")]
+    with connection.cursor() as cursor:
+        cursor.execute(_SEAL_SQL, [sealed_at, *arrays])
+        return int(cursor.rowcount)
+
+
+def _write_seals_portably(seals: list[Seal], sealed_at: datetime) -> int:
+    """The portable twin: bulk_update filtered to unsealed events (one statement per batch SQLite can bind)."""
+    events = [
+        Event(pk=seal.id, seq=seal.seq, prev_hash=seal.prev_hash, hash=seal.hash, sealed_at=sealed_at) for seal in seals
+    ]
+    return Event.objects.filter(seq__isnull=True).bulk_update(events, list(SEALING_COLUMNS))
+
+
+# ------------------------------------------------------------------ leading
+
+
+def conninfo() -> str:
+    """Return the connection string of Django's database, for a psycopg connection of a process's own."""
+    database = connection.settings_dict
+    names = {"dbname": "NAME", "user": "USER", "password": "PASSWORD", "host": "HOST", "port": "PORT"}
+    kwargs: dict[str, str | int] = {key: database[name] for key, name in names.items() if database.get(name)}
+    for option in ("sslmode", "sslrootcert", "sslcert", "sslkey", "options"):
+        if option in database.get("OPTIONS", {}):
+            kwargs[option] = database["OPTIONS"][option]
+    return make_conninfo("", **kwargs)
+
+
+def try_lead(session: psycopg.Connection) -> bool:
+    """Return whether `session` now holds the leader's lock (PostgreSQL; held until the session ends)."""
+    row = session.execute("SELECT pg_try_advisory_lock(%s)", [LEADER_LOCK_KEY]).fetchone()
+    return bool(row and row[0])

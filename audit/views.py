@@ -3,6 +3,8 @@
 The pages are guarded by audit's own permission (`audit.browse_auditlog`), so who may
 read the log is decided apart from who may decide calls. Pages use keyset pagination
 on `seq` (no COUNT, no OFFSET), so the first and the ten-thousandth page cost the same.
+Events waiting to be sealed have no seq yet: the first page shows them above the
+sealed ones, newest insert first, marked as waiting, with how many wait.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from audit.chain import first_break
 from audit.http import ConsoleRequest
 from audit.models import HASHED_FIELDS, Event
 from audit.search import call_id_lookups, json_contains
+from audit.store import unsealed_count
 from audit.typealiases import JSONValue
 
 BROWSE_PERMISSION = "audit.browse_auditlog"
@@ -40,7 +43,12 @@ PAGE_SIZE = 100
 EXPORT_BATCH = 2000
 CHAIN_CACHE_KEY = "audit:chain-status"
 CHAIN_CACHE_SECONDS = 120
-EXPORT_FIELDS = (*HASHED_FIELDS, "prev_hash", "hash")
+EXPORT_FIELDS = (*HASHED_FIELDS, "digest", "prev_hash", "hash")
+# An event is stamped just before its INSERT takes its id: created_at and id grow together but for
+# writers racing in between; a date filter's id bounds leave this much room for them.
+STAMP_MARGIN = timedelta(minutes=5)
+# The keyset position after a first page filled with waiting events: the sealed chain from its top.
+ABOVE_EVERY_SEQ = 2**62
 # A spreadsheet would run a cell starting with these as a formula; agents choose some of this text.
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 # A call's arguments are recorded once, in its proposal's event.
@@ -98,7 +106,7 @@ def filtered_events(form: EventFilterForm) -> QuerySet[Event]:
     }
     events = Event.objects.filter(**{key: value for key, value in lookups.items() if value})
     events = matching(events, data.get("q") or "")
-    return events.filter(**_seq_bounds(lookups["created_at__gte"], lookups["created_at__lt"]))
+    return events.filter(**_id_bounds(lookups["created_at__gte"], lookups["created_at__lt"]))
 
 
 def matching(events: QuerySet[Event], text: str) -> QuerySet[Event]:
@@ -115,20 +123,32 @@ def matching(events: QuerySet[Event], text: str) -> QuerySet[Event]:
     return events.filter(reduce(or_, wanted))
 
 
-def _seq_bounds(start: datetime | None, end: datetime | None) -> dict[str, int]:
-    """Return the seq range a date range covers, so date filters walk the seq index, not the whole log.
+def _id_bounds(start: datetime | None, end: datetime | None) -> dict[str, int]:
+    """Return an id range that holds every event of a date range, so date filters read a range, not the whole log.
 
-    Events are stamped under the chain lock, so time grows with seq; the date
-    filters stay applied as well, so the bounds only narrow what is read.
+    Not seq: an event is sealed after it commits, however late. Its id is drawn at
+    insert, just after it is stamped, so an event stamped `STAMP_MARGIN` before the
+    range has a smaller id than any event in it, and one stamped that long after, a
+    larger one. The date filters stay applied as well: the bounds only narrow what is read.
     """
     bounds = {}
-    if start is not None:
-        first = Event.objects.filter(created_at__gte=start).order_by("created_at").values_list("seq", flat=True)
-        bounds["seq__gte"] = first.first() or 2**62
-    if end is not None:
-        last = Event.objects.filter(created_at__lt=end).order_by("-created_at").values_list("seq", flat=True)
-        bounds["seq__lte"] = last.first() or 0
+    before = _moved(start, -STAMP_MARGIN)
+    if before is not None:
+        earlier = Event.objects.filter(created_at__lt=before).order_by("-created_at")
+        bounds["id__gt"] = earlier.values_list("id", flat=True).first() or 0
+    after = _moved(end, STAMP_MARGIN)
+    if after is not None:
+        later = Event.objects.filter(created_at__gte=after).order_by("created_at")
+        bounds["id__lt"] = later.values_list("id", flat=True).first() or 2**62
     return bounds
+
+
+def _moved(moment: datetime | None, by: timedelta) -> datetime | None:
+    """Return `moment` moved `by`, or None when there is no moment or it would leave the calendar (no bound)."""
+    try:
+        return moment + by if moment is not None else None
+    except OverflowError:
+        return None
 
 
 Params = ParamSpec("Params")
@@ -143,19 +163,21 @@ def auditors_only(view: Callable[Params, HttpResponseBase]) -> Callable[Params, 
 @vary_on_headers("HX-Request")
 @auditors_only
 def event_log(request: ConsoleRequest) -> HttpResponse:
-    """Audit events newest first, 100 a page; htmx polls of the first page get just the table."""
+    """Audit events newest first, 100 a page, those waiting to be sealed first; htmx polls get just the table."""
     form = EventFilterForm(request.GET)
     events = filtered_events(form)
     before = form.cleaned_data.get("before")
-    if before is not None:
-        events = events.filter(seq__lt=before)
-    page = list(events.order_by("-seq")[: PAGE_SIZE + 1])
+    page = [] if before is not None else list(events.filter(seq__isnull=True).order_by("-id")[: PAGE_SIZE + 1])
+    sealed = events.filter(seq__lt=before) if before is not None else events.filter(seq__isnull=False)
+    page += sealed.order_by("-seq")[: PAGE_SIZE + 1 - len(page)] if len(page) <= PAGE_SIZE else []
+    last_shown = page[PAGE_SIZE - 1] if len(page) > PAGE_SIZE else None
     context = {
         "form": form,
         "events": page[:PAGE_SIZE],
-        "next_before": page[PAGE_SIZE - 1].seq if len(page) > PAGE_SIZE else None,
+        "next_before": None if last_shown is None else last_shown.seq or ABOVE_EVERY_SEQ,
         "paged": before is not None,
         "filter_query": form.filter_query(),
+        "waiting": unsealed_count(),
     }
     partial = request.htmx and not request.htmx.history_restore_request
     template = "audit/_event_rows.html" if partial else "audit/event_log.html"
@@ -164,14 +186,22 @@ def event_log(request: ConsoleRequest) -> HttpResponse:
 
 
 def iter_events(events: QuerySet[Event]) -> Iterator[Event]:
-    """Yield events in chain order, in keyset batches (memory stays flat for a million rows)."""
+    """Yield sealed events in chain order, then those waiting to be sealed by insert, in keyset batches.
+
+    Memory stays flat for a million rows.
+    """
+    yield from _keyset(events, "seq")
+    yield from _keyset(events.filter(seq__isnull=True), "id")
+
+
+def _keyset(events: QuerySet[Event], key: str) -> Iterator[Event]:
     last = 0
     while True:
-        batch = list(events.filter(seq__gt=last).order_by("seq")[:EXPORT_BATCH])
+        batch = list(events.filter(**{f"{key}__gt": last}).order_by(key)[:EXPORT_BATCH])
         if not batch:
             return
         yield from batch
-        last = batch[-1].seq
+        last = getattr(batch[-1], key)
 
 
 def export_row(event: Event) -> dict[str, JSONValue]:
@@ -223,15 +253,16 @@ def export(request: ConsoleRequest, fmt: str) -> StreamingHttpResponse | HttpRes
 
 
 def chain_status(fresh: bool = False) -> dict[str, JSONValue]:
-    """Return whether the hash chain verifies, re-walking it at most every two minutes unless `fresh`."""
+    """Return whether the sealed hash chain verifies, re-walking it at most every two minutes unless `fresh`."""
     status = None if fresh else cache.get(CHAIN_CACHE_KEY)
     if status is None:
-        head = Event.objects.order_by("-seq").values_list("seq", flat=True).first() or 0
+        head = Event.objects.filter(seq__isnull=False).order_by("-seq").values_list("seq", flat=True).first() or 0
         broken = first_break()
         status = {
             "intact": broken is None,
             "checked_at": timezone.now(),
             "events": head,
+            "waiting": unsealed_count(),
             "break_seq": broken.seq if broken else None,
             "break_reason": broken.reason if broken else "",
         }

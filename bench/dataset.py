@@ -1,10 +1,11 @@
 """Bulk data for the reviewer pages and audit_verify: pending calls and a valid audit hash chain.
 
 Pending calls are one INSERT … SELECT over generate_series. Audit events must chain
-(audit_verify walks them), so their hashes are computed here with the product's own
-`audit.chain.event_hash` and the rows are COPYed in, after the chain's head, under
-the chain's advisory lock. The append-only triggers refuse UPDATE, DELETE and
-TRUNCATE; INSERT and COPY pass.
+(audit_verify walks them), so they are sealed here as the sequencer seals, with the
+product's own `content_digest` and `sealed_hash`, and COPYed in after the sealed head,
+holding the sealers' lock and the table. The triggers refuse an event inserted
+sealed: the bulk load switches that one trigger off for its own transaction (as the
+table's owner), as a restore of a dump would.
 """
 
 from __future__ import annotations
@@ -72,9 +73,9 @@ def _next_seed_number() -> int:
 
 
 def event_rows(head_seq: int, head_hash: str, head_time: datetime, count: int) -> Iterator[tuple[Any, ...]]:
-    """Yield `count` chained events after the head: proposals, approvals, executions, like real traffic."""
+    """Yield `count` sealed events after the head: proposals, approvals, executions, like real traffic."""
     from audit.canonical import canonical_json
-    from audit.hashing import event_hash
+    from audit.hashing import content_digest, sealed_hash
     from audit.models import Event
 
     prev = head_hash
@@ -83,13 +84,15 @@ def event_rows(head_seq: int, head_hash: str, head_time: datetime, count: int) -
         created_at = head_time + timedelta(microseconds=offset)
         call_id = uuid.UUID(int=seq)
         action, actor, data = _event_content(seq)
-        fields = Event.fields_to_hash(
+        content = Event.fields_to_hash(
             seq, created_at, actor[0], actor[1], action, call_id, "support-agent", "emitir_estorno", data
         )
-        digest = event_hash(prev, fields)
+        del content["seq"]
+        digest = content_digest(content)
+        chained = sealed_hash(prev, seq, digest)
         yield (seq, created_at, actor[0], actor[1], action, call_id, "support-agent", "emitir_estorno",
-               canonical_json(data), prev, digest)  # fmt: skip
-        prev = digest
+               canonical_json(data), digest, prev, chained, created_at)  # fmt: skip
+        prev = chained
 
 
 def _event_content(seq: int) -> tuple[str, tuple[str, str], dict[str, Any]]:
@@ -140,40 +143,65 @@ def _copy_line(row: tuple[Any, ...]) -> str:
 
 
 def event_count() -> int:
-    """Return how many audit events there are (the head's seq: the chain has no gaps)."""
+    """Return how many audit events there are, sealed (the head's seq: the chain has no gaps) or waiting."""
     from audit.models import Event
+    from audit.store import unsealed_count
 
-    return Event.objects.order_by("-seq").values_list("seq", flat=True).first() or 0
+    head = Event.objects.filter(seq__isnull=False).order_by("-seq").values_list("seq", flat=True).first()
+    return (head or 0) + unsealed_count()
 
 
 def top_up_events(total: int) -> int:
-    """COPY chained events after the head until there are `total`; return how many were added."""
+    """Seal what waits, then COPY sealed events after the head until there are `total`; return how many were added."""
     from django.db import connection, transaction
 
-    from audit.hashing import GENESIS_HASH
+    from audit import store
     from audit.models import HASHED_FIELDS
+    from audit.sequencer import seal_all
 
-    columns = ", ".join((*HASHED_FIELDS, "prev_hash", "hash"))  # the order event_rows() yields
-
+    # The order event_rows() yields.
+    columns = ", ".join((*HASHED_FIELDS, "digest", "prev_hash", "hash", "sealed_at"))
     with transaction.atomic(), connection.cursor() as cursor:
-        # No writer chains meanwhile, however it reads the head: the table lock holds every
-        # reader and writer of the chain until this commits (the chain's own lock is audit's).
+        # The sealers' lock first, as every sealer takes it, then the table: no sealer chains
+        # meanwhile, and no writer inserts, until this commits.
+        store.lock_sealing()
         cursor.execute("LOCK TABLE audit_event IN ACCESS EXCLUSIVE MODE")
-        cursor.execute("SELECT seq, hash, created_at FROM audit_event ORDER BY seq DESC LIMIT 1")
-        head = cursor.fetchone() or (0, GENESIS_HASH, datetime.now(UTC))
-        missing = total - head[0]
+        seal_all()
+        head_seq, head_hash = store.sealed_head()
+        head_time = stamped_at(head_seq)
+        missing = total - head_seq
         if missing <= 0:
             return 0
-        rows = event_rows(head[0], head[1], head[2].astimezone(UTC), missing)
-        with cursor.cursor.copy(f"COPY audit_event ({columns}) FROM STDIN") as copy:
-            batch: list[str] = []
-            for row in rows:
-                batch.append(_copy_line(row))
-                if len(batch) >= COPY_BATCH:
-                    copy.write("".join(batch))
-                    batch.clear()
-            copy.write("".join(batch))
+        cursor.execute(f"ALTER TABLE audit_event DISABLE TRIGGER {INSERTED_UNSEALED}")
+        copy_rows(
+            cursor, f"COPY audit_event ({columns}) FROM STDIN", event_rows(head_seq, head_hash, head_time, missing)
+        )
+        cursor.execute(f"ALTER TABLE audit_event ENABLE TRIGGER {INSERTED_UNSEALED}")
     return missing
+
+
+# The trigger that refuses an event inserted sealed (audit/migrations/0006_seal_once_triggers.py).
+INSERTED_UNSEALED = "audit_event_inserted_unsealed"
+
+
+def stamped_at(seq: int) -> datetime:
+    """Return when event `seq` was stamped (now for an empty chain): the bulk events are stamped after it."""
+    from audit.models import Event
+
+    stamped = Event.objects.filter(seq=seq).values_list("created_at", flat=True).first() if seq else None
+    return (stamped or datetime.now(UTC)).astimezone(UTC)
+
+
+def copy_rows(cursor: Any, statement: str, rows: Iterator[tuple[Any, ...]]) -> None:
+    """Send `rows` through one COPY … FROM STDIN, in batches of COPY_BATCH lines."""
+    with cursor.cursor.copy(statement) as copy:
+        batch: list[str] = []
+        for row in rows:
+            batch.append(_copy_line(row))
+            if len(batch) >= COPY_BATCH:
+                copy.write("".join(batch))
+                batch.clear()
+        copy.write("".join(batch))
 
 
 def analyze() -> None:

@@ -9,7 +9,19 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 
-PACKAGES = ("Django", "django-ninja", "uvicorn", "celery", "kombu", "redis", "psycopg", "psycopg-pool", "jsonschema")
+PACKAGES = (
+    "Django",
+    "django-ninja",
+    "gunicorn",
+    "a2wsgi",
+    "uvicorn",
+    "celery",
+    "kombu",
+    "redis",
+    "psycopg",
+    "psycopg-pool",
+    "jsonschema",
+)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Scenario 1: POST /api/v1/tool-calls under load, beside the bare insert endpoint, same server."""
+"""Scenario 1: POST /api/v1/tool-calls under load, beside the bare insert endpoint on the same server and on
+the reference server (gunicorn's sync workers)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
 
-from bench import wrk
+from bench import sealing, wrk
 from bench.parameters import BenchSettings
+from bench.sealing import SealingDelay
 from bench.stack import drain_queue
 from bench.stats import Spread
 
@@ -31,7 +34,8 @@ def proposal(tool: str, arguments: dict[str, object]) -> str:
 
 
 def targets(settings: BenchSettings, tokens: dict[str, str]) -> dict[str, wrk.Target]:
-    """Return the endpoints measured side by side: bare insert, tier-2 (twice: the A/B) and tier-0 proposals."""
+    """Return the endpoints measured side by side: the bare insert (on Gatehouse's server and on the reference
+    server), tier-2 (twice: the A/B) and tier-0 proposals."""
     json_header = {"Content-Type": "application/json"}
 
     def api(agent: str) -> dict[str, str]:
@@ -39,6 +43,14 @@ def targets(settings: BenchSettings, tokens: dict[str, str]) -> dict[str, wrk.Ta
 
     return {
         "bare": wrk.Target("POST", "/bench/insert", json_header, proposal("emitir_estorno", TIER2_ARGUMENTS)),
+        # The same bare insert served by gunicorn's sync workers: plain Django as it is usually deployed.
+        "bare-gunicorn": wrk.Target(
+            "POST",
+            "/bench/insert",
+            json_header,
+            proposal("emitir_estorno", TIER2_ARGUMENTS),
+            base_url=settings.reference_base_url,
+        ),
         "tier2": wrk.Target(
             "POST", "/api/v1/tool-calls", api("support-agent"), proposal("emitir_estorno", TIER2_ARGUMENTS)
         ),
@@ -64,6 +76,8 @@ class IngestResults:
     stored: dict[tuple[str, int], list[int]] = field(default_factory=dict)
     lock_waits: dict[tuple[str, int], list[float]] = field(default_factory=dict)
     drained: list[int] = field(default_factory=list)
+    # How long the events written during the measured runs waited to be sealed (None before it was measured).
+    sealing_delay: SealingDelay | None = None
     # Blocks per run and endpoint, pooled (1 in results saved before runs came in blocks).
     rounds: int = 1
 
@@ -94,7 +108,7 @@ def stored_rows(name: str, prefix: str) -> int:
     from approvals.models import ToolCall
     from bench.bare.models import BareRow
 
-    if name == "bare":
+    if name.startswith("bare"):
         return BareRow.objects.filter(key__startswith=prefix + "-").count()
     return ToolCall.objects.filter(idempotency_key__startswith=prefix + "-").count()
 
@@ -106,7 +120,7 @@ LOCK_WAITERS_SQL = (
 
 @contextmanager
 def advisory_lock_waiters(settings: BenchSettings) -> Iterator[list[int]]:
-    """Sample, every 20 ms, how many sessions wait for an advisory lock (the audit chain's)."""
+    """Sample, every 20 ms, how many sessions wait for an advisory lock (writers take none; only sealers do)."""
     samples: list[int] = []
     stop = threading.Event()
 
@@ -132,6 +146,7 @@ def measure(settings: BenchSettings, tokens: dict[str, str], workdir: Path, log:
         wrk.run(url, target, connections=32, seconds=settings.warmup, prefix=f"warm-{name}", workdir=workdir)
         drain_queue(settings)
     results = IngestResults(rounds=settings.ingest_rounds)
+    since = datetime.now(UTC)
     for run in range(1, settings.runs + 1):
         for connections in CONCURRENCIES:
             pooled = _run_in_rounds(settings, endpoints, run, connections, workdir, results.drained)
@@ -140,8 +155,10 @@ def measure(settings: BenchSettings, tokens: dict[str, str], workdir: Path, log:
                 log(
                     f"  ingest run {run} c={connections:<2} {name:<5} {result.rps:8.1f} req/s  "
                     f"p50 {result.p50_ms:6.1f} ms  p99 {result.p99_ms:6.1f} ms  errors {result.errors}  "
-                    f"chain-lock waiters {waiting:.2f}"
+                    f"advisory-lock waiters {waiting:.2f}"
                 )
+    results.sealing_delay = sealing.delay(since, datetime.now(UTC))
+    log(f"  sealing delay: p99 {results.sealing_delay.p99_ms:.0f} ms, max {results.sealing_delay.max_ms:.0f} ms")
     return results
 
 
@@ -157,7 +174,7 @@ def _run_in_rounds(
 
     A slow spell of the shared machine (seconds long) then falls on every endpoint of
     the run alike, instead of on the one whose turn it was. Returns, per endpoint,
-    the pooled result, the rows its 2xx answers stored, and the mean chain-lock waiters.
+    the pooled result, the rows its 2xx answers stored, and the mean advisory-lock waiters.
     """
     rounds = settings.ingest_rounds
     blocks: dict[str, list[tuple[wrk.LoadResult, int, float]]] = {name: [] for name in endpoints}

@@ -35,9 +35,14 @@ class BenchSettings:
     downstream_port: int = _int("BENCH_DOWNSTREAM_PORT", 18081)
     # A second web server, the same but with GATEHOUSE_POSTGRESQL_STORE=0: the A/B of the store's statements.
     portable_port: int = _int("BENCH_PORTABLE_PORT", 18082)
+    # The reference server: the same settings under gunicorn's sync workers, for the bare insert as usually served.
+    reference_port: int = _int("BENCH_REFERENCE_PORT", 18083)
     web_workers: int = _int("BENCH_WEB_WORKERS", 2 * (os.cpu_count() or 1) + 1)
-    # Per web process; × web workers × 2 servers must stay under PostgreSQL's max_connections (100 here).
-    pool_max: int = _int("BENCH_DB_POOL_MAX", 8)
+    # Threads per process of Gatehouse's server (gunicorn gthread); each may hold a database connection.
+    web_threads: int = _int("BENCH_WEB_THREADS", 4)
+    # Per web process, at least web_threads; × web workers × 3 servers must stay under PostgreSQL's
+    # max_connections (100 here): the reference server's sync workers use one at a time.
+    pool_max: int = _int("BENCH_DB_POOL_MAX", 4)
     runs: int = _int("BENCH_RUNS", 3)
     duration: float = _float("BENCH_DURATION", 8.0)
     # Each ingest run's seconds per endpoint come in this many blocks, the endpoints taking turns.
@@ -62,6 +67,10 @@ class BenchSettings:
     @property
     def portable_base_url(self) -> str:
         return f"http://127.0.0.1:{self.portable_port}"
+
+    @property
+    def reference_base_url(self) -> str:
+        return f"http://127.0.0.1:{self.reference_port}"
 
     @property
     def downstream_url(self) -> str:

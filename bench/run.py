@@ -1,6 +1,6 @@
 """`make bench` (python -m bench.run): start the bench stack, measure, print and write docs/benchmarks.md.
 
-The stack (uvicorn with its workers, one Celery worker) is stopped on the way out,
+The stack (the web servers with their workers, one Celery worker, the audit sequencer) is stopped on the way out,
 whether the run ends normally, fails, or is interrupted (Ctrl-C, SIGTERM).
 """
 
@@ -52,7 +52,9 @@ def commands(settings: BenchSettings) -> dict[str, str]:
     return {
         "env": f"export {env}  # and SECRET_KEY, ALLOWED_HOSTS",
         "web": stack.display(stack.web_command(settings)),
+        "reference": stack.display(stack.reference_command(settings)),
         "worker": stack.display(stack.worker_command()),
+        "sequencer": stack.display(stack.sequencer_command()),
         "downstream": stack.display(stack.downstream_command(settings)),
         "wrk": shlex.join(
             wrk.command(settings.base_url, 32, settings.duration / settings.ingest_rounds, Path("<block>.lua"))
@@ -76,8 +78,8 @@ def load_data(pending: int, events: int) -> None:
 
 
 def measure(settings: BenchSettings, env: dict[str, str], tokens: dict[str, str], workdir: Path) -> dict[str, object]:
-    """Run the five scenarios against the running stack; return their results by name."""
-    from bench import dataset, e2e, ingest, pages, validation, verify
+    """Run the five scenarios (and the sequencer's backlog) against the running stack; return their results by name."""
+    from bench import dataset, e2e, ingest, pages, sealing, validation, verify
 
     log("1. Ingest")
     ingest_results = ingest.measure(settings, tokens, workdir, log)
@@ -86,6 +88,8 @@ def measure(settings: BenchSettings, env: dict[str, str], tokens: dict[str, str]
     # from the table autovacuum would leave, as the pages scenario does (findings, 18).
     dataset.analyze()
     e2e_results = e2e.measure(settings, tokens, log)
+    log("2b. Sealing a backlog")
+    sealing_results = sealing.measure(settings.runs, log=log)
     log("3. Reviewer pages")
     page_results = pages.PageResults()
     load_data(settings.small_pending_calls, settings.small_audit_events)
@@ -102,6 +106,7 @@ def measure(settings: BenchSettings, env: dict[str, str], tokens: dict[str, str]
         "pages": page_results,
         "verify": verify_results,
         "validation": validation_results,
+        "sealing": sealing_results,
     }
 
 

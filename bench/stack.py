@@ -1,7 +1,11 @@
-"""The benchmark's own stack: a fresh database, uvicorn with N workers, one Celery worker, an instant downstream.
+"""The benchmark's own stack: a fresh database, the web servers, one Celery worker, the audit sequencer,
+an instant downstream.
 
-Each process runs in its own session (process group), so stopping it stops its
-children too (uvicorn's workers); `Stack` stops everything it started on exit,
+Gatehouse's web server is the Procfile's (gunicorn's threaded workers on config.wsgi)
+with N processes; beside it runs the reference server, gunicorn's sync workers, the way
+plain Django is usually deployed, so every ratio can be taken against the bare insert on
+either. Each process runs in its own session (process group), so stopping it stops its
+children too (gunicorn's workers); `Stack` stops everything it started on exit,
 whatever the exit: an error, Ctrl-C or SIGTERM.
 """
 
@@ -51,16 +55,34 @@ def manage(env: dict[str, str], *args: str) -> str:
 
 
 def web_command(settings: BenchSettings, port: int | None = None) -> list[str]:
-    """Return the web server's command line: the Procfile's uvicorn with N workers (via bench.serve)."""
+    """Return Gatehouse's web server command line: the Procfile's gunicorn, with the bench's processes and threads."""
     return [
         PYTHON,
         "-m",
-        "bench.serve",
-        "config.asgi:application",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port or settings.port),
+        "gunicorn",
+        "config.wsgi",
+        "--bind",
+        f"127.0.0.1:{port or settings.port}",
+        "--workers",
+        str(settings.web_workers),
+        "--worker-class",
+        "gthread",
+        "--threads",
+        str(settings.web_threads),
+        "--log-level",
+        "warning",
+    ]
+
+
+def reference_command(settings: BenchSettings) -> list[str]:
+    """Return the reference server's command line: gunicorn's sync workers, as plain Django is usually served."""
+    return [
+        PYTHON,
+        "-m",
+        "gunicorn",
+        "config.wsgi",
+        "--bind",
+        f"127.0.0.1:{settings.reference_port}",
         "--workers",
         str(settings.web_workers),
         "--log-level",
@@ -83,6 +105,11 @@ def worker_command() -> list[str]:
         "--without-mingle",
         "--without-heartbeat",
     ]
+
+
+def sequencer_command() -> list[str]:
+    """Return the audit sequencer's command line, as in the Procfile."""
+    return [PYTHON, "manage.py", "audit_sequencer"]
 
 
 def downstream_command(settings: BenchSettings) -> list[str]:
@@ -126,11 +153,12 @@ class Stack:
             )
 
     def start_all(self) -> None:
-        """Start the web servers, the worker and the instant downstream, and wait until all answer."""
+        """Start the web servers, the worker, the sequencer and the instant downstream, and wait until all answer."""
         ports = {
             "BENCH_PORT": self.settings.port,
             "BENCH_PORTABLE_PORT": self.settings.portable_port,
             "BENCH_DOWNSTREAM_PORT": self.settings.downstream_port,
+            "BENCH_REFERENCE_PORT": self.settings.reference_port,
         }
         for name, port in ports.items():
             if _port_in_use(port):
@@ -138,11 +166,14 @@ class Stack:
         self.start("web", web_command(self.settings))
         portable = web_command(self.settings, self.settings.portable_port)
         self.start("web-portable", portable, GATEHOUSE_POSTGRESQL_STORE="0")
+        self.start("web-reference", reference_command(self.settings))
         self.start("worker", worker_command())
+        self.start("sequencer", sequencer_command())
         self.start("downstream", downstream_command(self.settings))
-        for url in (self.settings.base_url, self.settings.portable_base_url):
+        for url in (self.settings.base_url, self.settings.portable_base_url, self.settings.reference_base_url):
             self.wait_until(partial(_web_ready, url), f"the web server at {url}")
         self.wait_until(self._worker_ready, "the Celery worker")
+        self.wait_until(self._sequencer_ready, "the audit sequencer")
         self.wait_until(lambda: _port_in_use(self.settings.downstream_port), "the instant downstream")
 
     def wait_until(self, ready: Callable[[], bool], what: str) -> None:
@@ -155,6 +186,9 @@ class Stack:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{what} did not become ready in {READY_TIMEOUT:.0f} s")
             time.sleep(0.2)
+
+    def _sequencer_ready(self) -> bool:
+        return b"audit sequencer started" in (self.log_dir / "sequencer.log").read_bytes()
 
     def _worker_ready(self) -> bool:
         from config.celery import app
@@ -171,7 +205,7 @@ class Stack:
         for process in self.processes.values():
             with suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            _signal_group(process, signal.SIGKILL)  # whatever is left of the group (uvicorn's workers)
+            _signal_group(process, signal.SIGKILL)  # whatever is left of the group (gunicorn's workers)
             with suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=2)
         self.processes.clear()

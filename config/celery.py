@@ -54,6 +54,9 @@ def _broker(settings: LazySettings) -> tuple[str | None, dict[str, object]]:
         # Above the hard time limit, so Redis never re-delivers a task still running.
         "visibility_timeout": settings.CELERY_TASK_HARD_TIME_LIMIT * 3,
     }
+    if settings.CELERY_BROKER_URL.startswith("sentinel://"):
+        # kombu asks these sentinels for the master of this name, and again after a failover.
+        transport_options["master_name"] = settings.GATEHOUSE_REDIS_SENTINEL_MASTER
     if not embedded_broker.is_embedded(settings.CELERY_BROKER_URL):
         return None, transport_options
     # A dotted transport path is only honoured as a setting, never from the URL.

@@ -12,6 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
+import csp.constants as csp
 import dj_database_url
 import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
@@ -83,6 +84,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "django_htmx",
+    "csp",
     "ninja",
     "axes",
     "vault",
@@ -108,6 +110,7 @@ if GATEHOUSE_DEMO:
 # request. So the sync-only ones come last.
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -278,13 +281,20 @@ SILENCED_SYSTEM_CHECKS = ["oauth2_provider.W008"]
 DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
 GATEHOUSE_MAX_JSON_DEPTH = 64
 GATEHOUSE_MAX_WAIT_SECONDS = env_int("GATEHOUSE_MAX_WAIT_SECONDS", 30)
-# Per-agent requests per minute across all web processes (0 = no limit). Counted in
-# Redis when there is one (the broker's, unless GATEHOUSE_REDIS_URL says otherwise).
+# Per-agent requests per minute across all web processes (0 = no limit). Counted in Redis
+# (the broker's, unless GATEHOUSE_REDIS_URL says otherwise); without one, not counted (agents.ratelimit).
 GATEHOUSE_RATE_LIMIT_PER_MINUTE = env_int("GATEHOUSE_RATE_LIMIT_PER_MINUTE", 1200)
 GATEHOUSE_REDIS_URL = os.environ.get(
     "GATEHOUSE_REDIS_URL",
-    os.environ.get("CELERY_BROKER_URL", "") if os.environ.get("CELERY_BROKER_URL", "").startswith("redis") else "",
+    _broker if (_broker := os.environ.get("CELERY_BROKER_URL", "")).startswith(("redis", "sentinel://")) else "",
 )
+# Redis Sentinel (sentinel://host:26379;sentinel://host2:26379 as the broker's or Gatehouse's Redis URL):
+# the name of the master the sentinels watch.
+GATEHOUSE_REDIS_SENTINEL_MASTER = os.environ.get("GATEHOUSE_REDIS_SENTINEL_MASTER", "")
+if not GATEHOUSE_REDIS_SENTINEL_MASTER and any(
+    url.startswith("sentinel://") for url in (GATEHOUSE_REDIS_URL, os.environ.get("CELERY_BROKER_URL", ""))
+):
+    raise ImproperlyConfigured("a sentinel:// Redis URL needs GATEHOUSE_REDIS_SENTINEL_MASTER (the master's name)")
 # Per-agent budget, whatever a proposal's envelope says: calls accepted per fixed window of
 # GATEHOUSE_AGENT_BUDGET_WINDOW_SECONDS (0 calls = no limit; an agent's max_calls_per_window overrides it).
 GATEHOUSE_AGENT_BUDGET_CALLS = env_int("GATEHOUSE_AGENT_BUDGET_CALLS", 1000)
@@ -314,6 +324,22 @@ GATEHOUSE_UPSTREAM_TIMEOUT_SECONDS = env_int("GATEHOUSE_UPSTREAM_TIMEOUT_SECONDS
 # message files under VAR_DIR (`embedded://`; `filesystem://` names it too).
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "embedded://")
 CELERY_EMBEDDED_BROKER_DIR = VAR_DIR / "broker"
+# The embedded defaults keep everything on one machine's disk: fine for `make demo` and development, never what a
+# production deployment means to run on. With DEBUG off they must be asked for by name.
+GATEHOUSE_ALLOW_EMBEDDED = env_bool("GATEHOUSE_ALLOW_EMBEDDED", False)
+_embedded = [
+    name
+    for name, used in (
+        ("DATABASE_URL (SQLite)", DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3"),
+        ("CELERY_BROKER_URL (the embedded broker)", CELERY_BROKER_URL.startswith(("embedded://", "filesystem://"))),
+    )
+    if used
+]
+if _embedded and not DEBUG and not GATEHOUSE_ALLOW_EMBEDDED:
+    raise ImproperlyConfigured(
+        f"DEBUG is off but {' and '.join(_embedded)} is the embedded default: set DATABASE_URL=postgres://… and "
+        "CELERY_BROKER_URL=redis://… (docs/deploy.md), or GATEHOUSE_ALLOW_EMBEDDED=1 to run on the embedded stack"
+    )
 CELERY_TASK_HARD_TIME_LIMIT = 120
 CELERY_TASK_SOFT_TIME_LIMIT = 100
 CELERY_SWEEP_INTERVAL_SECONDS = env_int("GATEHOUSE_SWEEP_INTERVAL", 10)
@@ -360,6 +386,26 @@ if HTTPS:
     SECURE_HSTS_SECONDS = 31536000
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
+    # An orchestrator probes over plain HTTP inside the cluster; a redirect would count as a pass.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz(/|$)"]
+
+# Content-Security-Policy on every response (django-csp): scripts, styles, images and fonts from this site's own
+# static files only — nothing in templates/ is inline (no <script> or <style> body, no on…= handler, no style=)
+# — and no framing. htmx's indicator style is in console.css (htmx-config in base.html turns its inline one off).
+# No form-action: the OAuth consent form's answer redirects to the MCP client's own loopback address.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [csp.SELF],
+        "script-src": [csp.SELF],
+        "style-src": [csp.SELF],
+        "img-src": [csp.SELF],
+        "font-src": [csp.SELF],
+        "connect-src": [csp.SELF],
+        "object-src": [csp.NONE],
+        "base-uri": [csp.SELF],
+        "frame-ancestors": [csp.NONE],
+    },
+}
 
 # Prometheus scrapes /metrics with this bearer token; unset, the endpoint does not exist.
 GATEHOUSE_METRICS_TOKEN = os.environ.get("GATEHOUSE_METRICS_TOKEN", "")

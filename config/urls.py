@@ -3,8 +3,8 @@ from django.contrib import admin
 from django.urls import include, path
 from oauth2_provider.views import OAuthServerMetadataView
 
+from approvals import health
 from approvals.api import api
-from approvals.health import healthz
 from approvals.metrics import metrics
 from oauth.views import McpResourceMetadata
 from vault.views import jwks
@@ -12,7 +12,10 @@ from vault.views import jwks
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
-    path("healthz", healthz, name="healthz"),
+    # Probes: live never consults a dependency; ready checks the database and the broker (/healthz is ready too).
+    path("healthz/live", health.live, name="healthz-live"),
+    path("healthz/ready", health.ready, name="healthz-ready"),
+    path("healthz", health.ready, name="healthz"),
     path("metrics", metrics, name="metrics"),  # Prometheus, with GATEHOUSE_METRICS_TOKEN
     path(".well-known/jwks.json", jwks, name="jwks"),
     # OAuth for MCP clients: RFC 8414 and RFC 9728 metadata at the root, the endpoints under /oauth/.

@@ -1,7 +1,7 @@
 """`make demo`: Gatehouse end to end on SQLite and the embedded broker — no server to install.
 
-Migrates, seeds the demo, then runs the Procfile's processes (web, worker, beat and
-a demo agent) under honcho, printing their output side by side. Ctrl-C stops them all.
+Migrates, seeds the demo, then runs the Procfile's processes (web, worker, beat, the audit
+sequencer and a demo agent) under honcho, printing their output side by side. Ctrl-C stops them all.
 
 Environment: GATEHOUSE_DEMO_PORT (8000), GATEHOUSE_DEMO_PASSWORD (gatehouse),
 GATEHOUSE_VAR_DIR (./var); DATABASE_URL and CELERY_BROKER_URL are honoured if set.
@@ -25,6 +25,8 @@ def demo_environment() -> dict[str, str]:
     """Set (and return) the environment every demo process shares; explicit variables win."""
     os.environ.setdefault("DEBUG", "1")
     os.environ.setdefault("GATEHOUSE_DEMO", "1")  # installs the demo app, its services and seed_demo
+    # SQLite and the embedded broker are the demo's point, even where DEBUG=0 is exported.
+    os.environ.setdefault("GATEHOUSE_ALLOW_EMBEDDED", "1")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     os.environ.setdefault("GATEHOUSE_VAR_DIR", str(BASE_DIR / "var"))
     os.environ["GATEHOUSE_VAR_DIR"] = str(Path(os.environ["GATEHOUSE_VAR_DIR"]).resolve())

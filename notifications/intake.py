@@ -3,9 +3,15 @@
 The audit log tells of each event after its transaction commits (`audit.signals.
 event_recorded`); the receiver only asks a worker to run `route_new_events`, and beat
 runs it too, so an event whose signal was lost (a crash right after commit, a broker
-that was down) is routed by the next run. Events commit in seq order (the chain lock
-serialises their writers), so "every event after the cursor, up to the head read first"
-is exactly the committed events not yet routed.
+that was down) is routed by the next run.
+
+The cursor follows the sealed chain's seq, never the event's id: ids are taken at
+insert, and a transaction that took a lower id can commit after one with a higher id,
+so a cursor over ids would skip that late commit. Seq is given at sealing, to
+committed events only, and only after the sealed head: "every sealed event after the
+cursor, up to the head read first" is exactly the committed events not yet routed. A
+run first seals what has committed (audit.sequencer.seal_all), so a notification does
+not wait for the sequencer process.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from django.db.models import Max
 
 from approvals.models import ToolCall
 from audit.models import Event
+from audit.sequencer import seal_all
 from notifications import outbox
 from notifications.models import Cursor, Delivery, Route
 from notifications.routing import NOTIFIED_ACTIONS, Facts, event_type_of, needs_tier, wants
@@ -28,15 +35,16 @@ READ_ACTIONS = ("call.proposed", *NOTIFIED_ACTIONS)
 
 def route_new_events(batch: int = BATCH) -> int:
     """Route the events committed since the last run (at most `batch`); return how many deliveries were written."""
+    seal_all()  # its own transaction, before ours: the routing run does not hold the sealers' lock
     with transaction.atomic():
         cursor = _held_cursor()
-        head = Event.objects.aggregate(head=Max("seq"))["head"] or 0
+        head = Event.objects.aggregate(head=Max("seq"))["head"] or 0  # the sealed head: unsealed events have no seq
         unrouted = Event.objects.filter(seq__gt=cursor.last_seq, seq__lte=head, action__in=READ_ACTIONS)
         events = list(unrouted.order_by("seq")[:batch])
         rows = _deliveries(events)
         outbox.add(rows)
         # A full batch stops at its last event; otherwise every event up to the head was read.
-        cursor.last_seq = events[-1].seq if len(events) == batch else head
+        cursor.last_seq = (events[-1].seq or head) if len(events) == batch else head  # read events are sealed
         cursor.save(update_fields=["last_seq"])
     return len(rows)
 

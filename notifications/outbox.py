@@ -42,7 +42,7 @@ def payload_of(event: Event, event_type: str) -> JSONObject:
     return {
         "type": event_type,
         "action": event.action,
-        "seq": event.seq,
+        "seq": event.seq,  # routing reads sealed events only (notifications.intake): never None here
         "time": event.created_at.isoformat(),
         "call_id": str(event.call_id) if event.call_id else None,
         "agent": event.agent_name,

@@ -58,4 +58,5 @@ def on_event_recorded(sender: type, *, event: Event, **kwargs: object) -> None:
         if delay is not None:
             outbox.send_task(ROUTE_EVENTS, {}, countdown=delay or None)
     except Exception:  # a notification never fails the change it tells of: logged, not raised
-        log.exception("notifications: event #%s (%s) not announced; the next sweep routes it", event.seq, event.action)
+        # Unsealed yet (no seq): named by its id.
+        log.exception("notifications: event id %s (%s) not announced; the next sweep routes it", event.pk, event.action)

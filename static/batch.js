@@ -34,6 +34,13 @@
     if (done) event.preventDefault();
   });
 
+  /* While the reviewer is picking calls, the queue's 5-second refresh waits (it would redraw the rows under the
+     pointer); a refresh asked for by a decision (calls-changed) still happens. A poll comes with no event. */
+  document.addEventListener("htmx:confirm", function (event) {
+    if (event.detail.elt.id !== "queue-results" || event.detail.triggeringEvent) return;
+    if (document.querySelector("#queue-results .pick input:checked")) event.preventDefault();
+  });
+
   /* The confirm step takes the keyboard once htmx has taken it over (after settling, not at the swap: until
      then Enter would submit the form as a page): the reason to type, or the button Enter presses. */
   document.addEventListener("htmx:afterSettle", function (event) {

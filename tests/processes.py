@@ -1,4 +1,4 @@
-"""Fixtures that start real processes: Celery workers (with beat embedded) and private Redis servers.
+"""Fixtures that start real processes: Celery workers (with beat embedded), private Redis servers and sentinels.
 
 Also a real HTTP server in a thread (`http_server`), for tests that need a peer to talk to.
 
@@ -82,11 +82,12 @@ def session_database_url() -> str:
 
 
 class RedisServer:
-    """A private redis-server on its own port, which a test may stop and start again."""
+    """A private redis-server on its own port, which a test may stop and start again (a replica of another's)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, replica_of: int | None = None) -> None:
         self.port = free_port()
         self.folder = folder
+        self.replica_of = replica_of
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -96,6 +97,8 @@ class RedisServer:
     def start(self) -> None:
         """Start the server and return once it answers PING."""
         args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        if self.replica_of is not None:
+            args += ["--replicaof", "127.0.0.1", str(self.replica_of)]
         log = (self.folder / f"redis-{self.port}.log").open("ab")
         self.process = subprocess.Popen([*args, "--dir", str(self.folder)], stdout=log, stderr=subprocess.STDOUT)
         wait_until(self.answers, timeout=10)
@@ -120,6 +123,55 @@ class RedisServer:
         with socket.create_connection(("127.0.0.1", self.port), timeout=2) as sock:
             sock.sendall(f"LLEN {queue}\r\n".encode())
             return int(sock.recv(64).strip().lstrip(b":"))
+
+
+class SentinelServer:
+    """A private Redis Sentinel (`redis-server --sentinel`) watching one master, on its own port."""
+
+    MASTER = "gatehouse-test"
+
+    def __init__(self, folder: Path, master_port: int) -> None:
+        self.port = free_port()
+        self.folder = folder
+        self.master_port = master_port
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def url(self, database: int = 0) -> str:
+        """Return a Sentinel URL naming this sentinel (kombu's form, for the broker and Gatehouse's own Redis)."""
+        return f"sentinel://127.0.0.1:{self.port}/{database}"
+
+    def start(self) -> None:
+        """Start the sentinel and return once it names the master (it rewrites its file: one of its own)."""
+        config = self.folder / f"sentinel-{self.port}.conf"
+        config.write_text(
+            f"port {self.port}\nbind 127.0.0.1\ndir {self.folder}\n"
+            f"sentinel monitor {self.MASTER} 127.0.0.1 {self.master_port} 1\n"
+            f"sentinel down-after-milliseconds {self.MASTER} 1000\n"
+            f"sentinel failover-timeout {self.MASTER} 3000\n"
+        )
+        log = (self.folder / f"sentinel-{self.port}.log").open("ab")
+        self.process = subprocess.Popen(
+            ["redis-server", str(config), "--sentinel"], stdout=log, stderr=subprocess.STDOUT
+        )
+        wait_until(lambda: self.master() == ("127.0.0.1", self.master_port), timeout=10)
+
+    def master(self) -> tuple[str, int] | None:
+        """Return the address the sentinel gives for the master, or None if it gives none (yet)."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+                sock.sendall(f"SENTINEL get-master-addr-by-name {self.MASTER}\r\n".encode())
+                lines = sock.recv(256).split(b"\r\n")
+        except OSError:
+            return None
+        if not lines[0].startswith(b"*2"):
+            return None
+        return lines[2].decode(), int(lines[4])
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+        self.process = None
 
 
 class CeleryWorker:
@@ -260,6 +312,61 @@ def celery_worker(
     worker = CeleryWorker(worker_env(live_server.url, settings.CELERY_BROKER_URL, folder), folder).start()
     yield worker
     worker.stop()
+
+
+class Sequencer:
+    """A `manage.py audit_sequencer` process on the test database, in its own process group."""
+
+    def __init__(self, folder: Path, batch: int | None) -> None:
+        self.log_path = folder / f"sequencer-{uuid.uuid4().hex[:8]}.log"
+        self.batch = batch
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Sequencer:
+        """Start it and return once it runs (leading or waiting to lead)."""
+        args = [sys.executable, "manage.py", "audit_sequencer"]
+        args += ["--batch", str(self.batch)] if self.batch else []
+        env = {**os.environ, **WORKER_SETTINGS, "DATABASE_URL": session_database_url(), "PYTHONUNBUFFERED": "1"}
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            args, cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        wait_until(lambda: b"audit sequencer started" in self.log_path.read_bytes(), timeout=READY_TIMEOUT)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL it: no cleanup; its database sessions end with it."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self) -> int | None:
+        """SIGTERM it; return its exit status (SIGKILL if it does not stop within 15 s)."""
+        if self.process is None or self.process.poll() is not None:
+            return None if self.process is None else self.process.returncode
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-6000:]
+
+
+@pytest.fixture
+def start_sequencer(django_db_setup: None, tmp_path: Path) -> Iterator[Callable[..., Sequencer]]:
+    """Return a function that starts an audit sequencer process (`batch` events a transaction); all stop at teardown."""
+    started: list[Sequencer] = []
+
+    def start(batch: int | None = None) -> Sequencer:
+        started.append(Sequencer(tmp_path, batch))
+        return started[-1].start()
+
+    yield start
+    for sequencer in started:
+        sequencer.stop()
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import pytest
 from agents.models import Agent
 from approvals.models import ToolCall
 from audit.models import Event
+from audit.sequencer import seal_all
 from demo.catalog import MOTIVOS
 from tests.conftest import AgentApi, refund
 from toolcatalog.models import Tool
@@ -120,6 +121,7 @@ def test_every_proposal_is_audited_in_the_chain(support: AgentApi) -> None:
     support.propose(refund(30000, idempotency_key="k-audit"))
     support.propose(refund(motivo="x", idempotency_key="k-audit-2"))
     support.propose({"tool": "nope", "arguments": {}})
+    seal_all()  # in chain order: sealed, as the sequencer does within a second
     actions = list(Event.objects.order_by("seq").values_list("action", flat=True))
     assert actions[-3:] == ["call.proposed", "call.refused", "call.refused"]
 

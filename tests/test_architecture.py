@@ -202,3 +202,36 @@ def test_a_cycle_through_a_function_level_import_is_found() -> None:
 
     assert cycle_in(graph) == ["a.x", "a.y", "a.z", "a.x"]
     assert cycle_in({"a.x": {"a.y"}, "a.y": set()}) == []
+
+
+# A function longer than this does more than one thing; split it.
+MAX_FUNCTION_LINES = 40
+
+
+def long_functions(source: str) -> list[tuple[str, int]]:
+    """Return (name, lines) for each function in `source` longer than MAX_FUNCTION_LINES, decorators excluded."""
+    return [
+        (node.name, node.end_lineno - node.lineno + 1)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+
+
+def test_no_product_function_exceeds_forty_lines() -> None:
+    too_long = [
+        f"{path.relative_to(ROOT)}: {name} ({lines} lines)"
+        for app in PRODUCT
+        for path in (ROOT / app).rglob("*.py")
+        if "migrations" not in path.parts
+        for name, lines in long_functions(path.read_text())
+    ]
+
+    assert too_long == []
+
+
+def test_a_long_function_is_found() -> None:
+    body = "\n".join(f"    x{n} = {n}" for n in range(MAX_FUNCTION_LINES))
+
+    assert long_functions(f"def short():\n    pass\n\ndef long():\n{body}\n") == [("long", MAX_FUNCTION_LINES + 1)]

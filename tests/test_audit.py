@@ -11,7 +11,9 @@ from django.db import DatabaseError, connection, transaction
 
 from audit.chain import first_break, record_alone
 from audit.checkpoints import checkpoint_problems, make_checkpoint
+from audit.hashing import content_digest, sealed_hash
 from audit.models import ActorKind, Event
+from audit.sequencer import seal_all
 from tests.conftest import as_database_owner, set_truncate_trigger
 
 # Every test here runs as the application's least-privilege database role (tests/app_role.py).
@@ -21,8 +23,16 @@ ACTOR = (ActorKind.SYSTEM, "test")
 
 
 def write_events(count: int) -> None:
+    """Record `count` events and seal them (as the sequencer would within a second)."""
     for n in range(count):
         record_alone(f"test.event{n % 3}", actor=ACTOR, data={"n": n, "text": "ação ✓", "nested": {"b": 1, "a": [1.5]}})
+    seal_all()
+
+
+def rehashed(event: Event) -> tuple[str, str]:
+    """Return the (digest, hash) an attacker would store for `event`'s content, by its sealed form."""
+    digest = content_digest(event.content_fields())
+    return digest, sealed_hash(event.prev_hash, event.seq, digest)
 
 
 def tamper(sql: str, params: list[object]) -> None:
@@ -85,10 +95,9 @@ def test_a_rehashed_event_still_breaks_the_link_to_the_next() -> None:
     write_events(5)
     event = Event.objects.get(seq=3)
     event.data = {"n": 999}
-    from audit.chain import event_hash
 
-    forged = event_hash(event.prev_hash, event.hashed_fields())
-    tamper("UPDATE audit_event SET data = %s, hash = %s WHERE seq = 3", ['{"n": 999}', forged])
+    digest, forged = rehashed(event)
+    tamper("UPDATE audit_event SET data = %s, digest = %s, hash = %s WHERE seq = 3", ['{"n": 999}', digest, forged])
     assert first_break().seq == 4
 
 
@@ -153,7 +162,7 @@ def test_the_parallel_walk_names_the_same_first_break(sql: str | None, params: l
 
 @pytest.mark.django_db(transaction=True)
 def test_an_event_stamped_on_a_whole_second_verifies_in_both_walks() -> None:
-    from audit.chain import event_hash, iter_breaks
+    from audit.chain import iter_breaks
 
     write_events(4)
     last = Event.objects.get(seq=4)
@@ -161,8 +170,8 @@ def test_an_event_stamped_on_a_whole_second_verifies_in_both_walks() -> None:
     last.created_at = last.created_at.replace(microsecond=0)
     with transaction.atomic():
         tamper(
-            "UPDATE audit_event SET created_at = %s, hash = %s WHERE seq = 4",
-            [last.created_at, event_hash(last.prev_hash, last.hashed_fields())],
+            "UPDATE audit_event SET created_at = %s, digest = %s, hash = %s WHERE seq = 4",
+            [last.created_at, *rehashed(last)],
         )
 
     assert next(iter_breaks(), None) is None
@@ -176,6 +185,7 @@ def test_data_that_orjson_writes_differently_verifies_by_the_exact_form_and_an_e
     # orjson refuses integers beyond 64 bits and writes 1e-07 as 1e-7; canonical_json decides both.
     for value in (2**70, 1e-07, 2**70):
         record_alone("test.odd_json", actor=ACTOR, data={"value": value})
+    seal_all()
 
     assert next(iter_breaks(), None) is None
     assert first_break(workers=2, parallel_min=1) is None

@@ -29,6 +29,7 @@ from audit.canonical import canonical_hash as arguments_hash
 from audit.canonical import canonical_json, inexact_numbers, normalized
 from audit.chain import first_break, record_alone
 from audit.models import ActorKind, Event
+from audit.sequencer import seal_all
 from tests.conftest import AgentApi, refund
 from tests.processes import CeleryWorker
 
@@ -261,10 +262,11 @@ def hash_as_before(event: Event, data: dict[str, Any]) -> str:
 def write_as_before(data: dict[str, Any]) -> None:
     """Append an event as the release before the canonical form wrote it: `data` hashed in its text."""
     event = record_alone("test.before", actor=ACTOR, data={})
+    seal_all()
     event.refresh_from_db()
-    with transaction.atomic():
+    with transaction.atomic():  # no digest: the hash covers the content itself, as before the sequencer
         tamper(
-            "UPDATE audit_event SET data = %s, hash = %s WHERE seq = %s",
+            "UPDATE audit_event SET data = %s, hash = %s, digest = NULL WHERE seq = %s",
             [as_before(data), hash_as_before(event, data), event.seq],
         )
 
@@ -275,6 +277,7 @@ def test_events_hashed_in_the_earlier_form_still_verify_and_an_edit_is_still_nam
     # The bug this form fixes: 1e16 hashed as "1e+16", which jsonb hands back as 10000000000000000.
     write_as_before({"max_price_brl": 1e16})
     record_alone("test.after", actor=ACTOR, data={"max_price_brl": 1e16, "valor_centavos": 100.0})
+    seal_all()
 
     assert first_break() is None
     call_command("audit_verify")

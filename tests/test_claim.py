@@ -24,6 +24,7 @@ from approvals.models import ToolCall
 from approvals.tasks import execute_call
 from audit.chain import first_break
 from audit.models import Event
+from audit.sequencer import seal_all
 from tests.conftest import refund
 from tests.processes import RedisServer
 
@@ -43,6 +44,7 @@ def proposed(sink_broker: RedisServer, demo_services: str, agent_api: Any) -> tu
 
 
 def started_events(call_id: str) -> list[Event]:
+    seal_all()  # in chain order: sealed, as the sequencer does within a second
     return list(Event.objects.filter(call_id=call_id, action="call.execution_started").order_by("seq"))
 
 
@@ -118,6 +120,7 @@ def test_the_delivered_message_runs_the_call_to_the_end(
 
     call = ToolCall.objects.get(pk=call_id)
     assert (call.status, call.attempts) == ("succeeded", 1)
+    seal_all()
     assert list(Event.objects.filter(call_id=call_id).order_by("seq").values_list("action", flat=True)) == [
         "call.proposed",
         "call.execution_started",

@@ -18,6 +18,7 @@ from django.utils import timezone
 from agents.models import CircuitBreaker
 from audit.chain import record_alone
 from audit.models import Event
+from audit.sequencer import seal_all
 from tests.browser import Console, page_text
 from tests.browser import propose_refund as propose
 from tests.conftest import AgentApi, refund
@@ -156,6 +157,7 @@ def test_the_audit_log_pages_by_sequence_with_a_constant_number_of_queries(
         alice.get("/audit/")
     for index in range(150):
         record_alone("test.filler", actor=("system", "test"), data={"n": index})
+    seal_all()
     with CaptureQueriesContext(connection) as many:
         first = page_text(alice.get("/audit/"))
     assert len(many) == len(few)
@@ -171,6 +173,7 @@ def test_audit_exports_stream_csv_and_json_lines_with_the_filters(
     call = propose(support, 30000, "k-export")
     alice = console("alice")
     alice.post(f"/calls/{call.pk}/reject/", {"reason": "=HYPERLINK(1)"})
+    seal_all()
     response = alice.get(f"/audit/export.jsonl?call={call.pk}")
     assert response.streaming and response["Content-Type"].startswith("application/x-ndjson")
     lines = [json.loads(line) for line in b"".join(response.streaming_content).decode().splitlines()]
@@ -188,6 +191,7 @@ def test_the_audit_page_says_whether_the_hash_chain_verifies(
     support: AgentApi, console: Callable[[str], Console]
 ) -> None:
     propose(support, 30000, "k-chain")
+    seal_all()
     alice = console("alice")
     assert "Hash chain verifies" in page_text(alice.get("/audit/chain/?fresh=1", htmx=True))
     tamper("UPDATE audit_event SET data = %s WHERE seq = 1", ['{"forged": true}'])

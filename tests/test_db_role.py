@@ -17,15 +17,16 @@ from django.utils import timezone
 from approvals.lifecycle import expire
 from approvals.models import ToolCall
 from audit.models import Event
+from audit.sequencer import seal_all
 from tests.app_role import AppRole
 from tests.conftest import AgentApi, refund
 
 pytestmark = pytest.mark.django_db
 
-APPENDED_SEQ = 10**12  # far beyond any event another test's open transaction may hold
+APPENDED = "test.appended"  # inserted unsealed, as every event is: the sequencer gives its seq and hashes
 INSERT_EVENT = (
-    "INSERT INTO audit_event (seq, created_at, actor_kind, actor_name, action, call_id, agent_name, tool_name,"
-    " data, prev_hash, hash) VALUES (%s, now(), 'system', 'test', 'test.appended', NULL, '', '', '{}', %s, %s)"
+    "INSERT INTO audit_event (created_at, actor_kind, actor_name, action, call_id, agent_name, tool_name,"
+    " data, digest) VALUES (now(), 'system', 'test', %s, NULL, '', '', '{}', %s)"
 )
 # Each refused by PostgreSQL's privileges, not by the audit table's triggers (which would say "append-only").
 REFUSED = [
@@ -39,8 +40,9 @@ REFUSED = [
     ),
     ("ALTER TABLE audit_event OWNER TO CURRENT_USER", "must be owner of table audit_event"),
     ("SET session_replication_role = replica", 'permission denied to set parameter "session_replication_role"'),
-    ("UPDATE audit_event SET action = 'x' WHERE seq = 1000000000000", "permission denied for table audit_event"),
-    ("DELETE FROM audit_event WHERE seq = 1000000000000", "permission denied for table audit_event"),
+    ("UPDATE audit_event SET action = 'x' WHERE action = 'test.appended'", "permission denied for table audit_event"),
+    ("UPDATE audit_event SET digest = 'x' WHERE action = 'test.appended'", "permission denied for table audit_event"),
+    ("DELETE FROM audit_event WHERE action = 'test.appended'", "permission denied for table audit_event"),
     ("TRUNCATE audit_event", "permission denied for table audit_event"),
 ]
 
@@ -56,13 +58,13 @@ def logged_in_as_app_role(app_role: AppRole) -> Iterator[psycopg.Connection]:
         user=app_role.name,
         password=app_role.password,
     ) as app:
-        app.execute(INSERT_EVENT, [APPENDED_SEQ, "0" * 64, "f" * 64])
+        app.execute(INSERT_EVENT, [APPENDED, "f" * 64])
         yield app
         app.rollback()  # leave nothing behind: the test database's audit table is append-only too
 
 
 def test_the_app_role_appends_and_reads_audit_events(logged_in_as_app_role: psycopg.Connection) -> None:
-    rows = logged_in_as_app_role.execute("SELECT action, current_user FROM audit_event WHERE seq = %s", [APPENDED_SEQ])
+    rows = logged_in_as_app_role.execute("SELECT action, current_user FROM audit_event WHERE action = %s", [APPENDED])
 
     assert rows.fetchall() == [("test.appended", connection.settings_dict["NAME"] + "_app")]
 
@@ -76,7 +78,7 @@ def test_the_app_role_may_not_alter_the_audit_table_or_its_triggers_or_change_it
     with pytest.raises(psycopg.errors.InsufficientPrivilege, match=re.escape(refusal)), app.transaction():
         app.execute(statement)  # in a savepoint: the transaction goes on
 
-    assert app.execute("SELECT count(*) FROM audit_event WHERE seq = %s", [APPENDED_SEQ]).fetchone() == (1,)
+    assert app.execute("SELECT count(*) FROM audit_event WHERE action = %s", [APPENDED]).fetchone() == (1,)
     assert app.execute("SELECT current_setting('session_replication_role')").fetchone() == ("origin",)
 
 
@@ -104,6 +106,7 @@ def test_the_products_audited_writes_and_audit_verify_work_as_the_app_role(
 
     assert expire(call) is True
     assert expire(call) is False  # the row is no longer pending: nothing written
+    assert seal_all() >= 2  # the sequencer's UPDATE of the sealing columns, as the app role too
     call_command("audit_verify", stdout=StringIO())
 
     assert list(Event.objects.filter(call_id=call.pk).order_by("seq").values_list("action", flat=True)) == [
@@ -130,6 +133,7 @@ def test_print_sql_shows_the_grants_and_changes_nothing() -> None:
     sql = out.getvalue()
     assert 'REVOKE ALL ON TABLE "public"."audit_event" FROM "gatehouse_app_printed";' in sql
     assert 'GRANT SELECT, INSERT ON TABLE "public"."audit_event" TO "gatehouse_app_printed";' in sql
+    assert 'GRANT UPDATE (seq, prev_hash, hash, sealed_at) ON TABLE "public"."audit_event"' in sql
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_roles WHERE rolname = 'gatehouse_app_printed'")
         assert cursor.fetchone() == (0,)

@@ -90,7 +90,7 @@ def approve_in_console(client: httpx.Client, call_id: str) -> None:
 def test_on_the_embedded_default_a_held_call_is_approved_in_the_console_and_runs_and_a_small_one_runs_alone(
     stack: EmbeddedStack,
 ) -> None:
-    stack.start("web", "worker", "beat")
+    stack.start("web", "worker", "beat", "sequencer")
     stack.wait_until_up()
     token = stack.tokens()["support-agent"]
 
@@ -113,7 +113,7 @@ def test_on_the_embedded_default_a_held_call_is_approved_in_the_console_and_runs
 def test_the_embedded_default_runs_three_minutes_under_its_agent_without_a_crash_and_settles_every_call(
     stack: EmbeddedStack,
 ) -> None:
-    stack.start("web", "worker", "beat", "agent")
+    stack.start("web", "worker", "beat", "sequencer", "agent")
     stack.wait_until_up()
     stack.start_module("reviewer", "tests.embedded_reviewer")
 
@@ -154,6 +154,6 @@ def test_make_demo_stops_every_process_cleanly_on_ctrl_c(tmp_path: Path) -> None
         log.close()
     output = (tmp_path / "demo.log").read_text()
     stopped = re.findall(r"(\w+) stopped \(rc=(-?\d+)\)", output)
-    assert {name for name, _ in stopped} == {"web", "worker", "beat", "agent"}, output[-3000:]
+    assert {name for name, _ in stopped} == {"web", "worker", "beat", "sequencer", "agent"}, output[-3000:]
     assert "SIGKILL" not in output, output[-3000:]
     assert all(int(code) in {0, -15} for _, code in stopped), stopped

@@ -10,6 +10,7 @@ import pytest
 
 from approvals.models import ToolCall
 from audit.models import Event
+from audit.sequencer import seal_all
 from demo.models import Refund
 from tests.conftest import refund
 from tests.processes import CeleryWorker, RedisServer, use_broker, wait_until
@@ -20,6 +21,7 @@ TERMINAL = {"succeeded", "failed", "needs_reconciliation"}
 
 
 def actions(call_id: str) -> list[str]:
+    seal_all()  # in chain order: sealed, as the sequencer does within a second
     return list(Event.objects.filter(call_id=call_id).order_by("seq").values_list("action", flat=True))
 
 

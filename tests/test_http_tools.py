@@ -27,6 +27,7 @@ from django.test import Client
 
 from approvals.models import ToolCall
 from audit.models import Event
+from audit.sequencer import seal_all
 from tests.admin_client import AdminBrowser
 from tests.conftest import AgentApi
 from tests.processes import BASE_DIR, CeleryWorker, _purge, free_port, wait_until, worker_env
@@ -420,6 +421,7 @@ def test_a_5xx_is_retried_with_backoff_and_the_same_key_then_succeeds(
     assert call.result["id"] == "rf-3"
     keys = [request["headers"]["Idempotency-Key"] for request in http_peer.requests()]
     assert keys == [f"gatehouse-call-{call_id}"] * 3
+    seal_all()  # in chain order: sealed, as the sequencer does within a second
     actions = list(Event.objects.filter(call_id=call_id).order_by("seq").values_list("action", flat=True))
     assert actions.count("call.retry_scheduled") == 2
 

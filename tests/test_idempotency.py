@@ -13,6 +13,8 @@ from django.test import Client
 
 from approvals.models import ToolCall
 from audit.chain import first_break
+from audit.models import Event
+from audit.sequencer import seal_all
 from tests.conftest import refund
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -57,6 +59,7 @@ def test_fifty_concurrent_identical_proposals_make_one_call(make_agent) -> None:
     assert statuses.count(202) == 1 and statuses.count(200) == 49
     assert len({payload["id"] for _, payload in results}) == 1
     assert ToolCall.objects.filter(idempotency_key="k-concurrent").count() == 1
+    seal_all()
     assert first_break() is None
 
 
@@ -80,4 +83,6 @@ def test_concurrent_writers_keep_the_audit_chain_intact(make_agent) -> None:
     _, token = make_agent("support-agent", {"emitir_estorno": 3})
     run_concurrently(30, lambda i: post(token, refund(30000, idempotency_key=f"k-chain-{i}")))
     assert ToolCall.objects.count() == 30
+    seal_all()
+    assert not Event.objects.filter(seq__isnull=True).exists()
     assert first_break() is None

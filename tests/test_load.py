@@ -10,6 +10,7 @@ import pytest
 from approvals.models import Status, ToolCall
 from audit.chain import first_break
 from audit.models import Event
+from audit.sequencer import seal_all
 from tests.conftest import refund
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -43,4 +44,5 @@ def test_two_thousand_proposals_from_twenty_agents_lose_nothing(live_server, mak
     assert ToolCall.objects.filter(status=Status.PENDING_APPROVAL).count() == statuses.count(202)
     assert ToolCall.objects.filter(status=Status.REFUSED).count() == statuses.count(422)
     assert Event.objects.filter(action__in=["call.proposed", "call.refused"]).count() == len(statuses)
+    assert seal_all() >= len(statuses)
     assert first_break() is None

@@ -1,5 +1,8 @@
 """One trace per call, across processes: the agent's traceparent → the proposal → the worker → the downstream.
 
+A held call keeps its proposal's trace context: executed after a reviewer's approval,
+it is still in the agent's trace.
+
 The web side runs in this process (the Django test client, the live servers), the
 worker is a real Celery process; both export OTLP/HTTP to the collector this test
 runs, and the demo downstream (served by the live server) records the traceparent
@@ -18,10 +21,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.core.signals import request_started
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from approvals import telemetry
+from approvals import lifecycle, telemetry
 from approvals.models import ToolCall
 from tests.conftest import refund
 from tests.mcp_server import LiveAsgi
@@ -65,9 +70,15 @@ def one_named(spans: list[ExportedSpan], name: str, service: str) -> ExportedSpa
     return found[0]
 
 
-def assert_no_argument_values(spans: list[ExportedSpan]) -> None:
+def assert_no_argument_values(spans: list[ExportedSpan], *also: str) -> None:
     text = repr([(span.name, span.attributes, span.events) for span in spans])
-    assert not [value for value in ARGUMENT_VALUES if value in text]
+    assert not [value for value in (*ARGUMENT_VALUES, *also) if value in text]
+
+
+def reviewer() -> Any:
+    user = get_user_model().objects.create_user("rita")
+    user.user_permissions.add(Permission.objects.get(codename="review_toolcall"))
+    return get_user_model().objects.get(pk=user.pk)  # fresh: permissions are cached per instance
 
 
 @pytest.mark.worker
@@ -106,6 +117,74 @@ def test_one_trace_runs_from_the_agents_request_through_the_worker_to_the_downst
     # The refund's request and its verification, both sent from inside the worker's span.
     assert downstream_traceparents == [f"00-{trace_id}-{execution.span_id}-01"] * 2
     assert_no_argument_values(spans)
+
+
+@pytest.mark.worker
+def test_a_held_call_a_reviewer_approves_later_is_executed_in_the_agents_trace(
+    collector: Collector,  # noqa: F811
+    traced_worker: CeleryWorker,
+    demo_services: str,
+    agent_api: Any,
+    downstream_traceparents: list[str],
+) -> None:
+    traceparent, trace_id, agent_span_id = agent_traceparent()
+    api = agent_api()
+    api.headers["traceparent"] = traceparent
+    api.headers["tracestate"] = "vendor=agent-loop"
+    body = refund(
+        35000, pedido="PED-00000005", motivo="atraso_entrega", conversation_id="conv-held", step=0, call_index=0
+    )
+    held = api.propose(body).json()
+    assert held["status"] == "pending_approval"
+
+    # The reviewer's approval runs with no trace context of the agent's around it.
+    assert lifecycle.approve(ToolCall.objects.get(pk=held["id"]), reviewer())
+    wait_until(lambda: ToolCall.objects.filter(pk=held["id"], status="succeeded").exists(), timeout=20)
+
+    spans = wait_until(lambda: (found := collector.trace(trace_id)) and len(found) >= 2 and found, timeout=10)
+    proposal = one_named(spans, "execute_tool emitir_estorno", "gatehouse-web")
+    execution = one_named(spans, "execute_tool emitir_estorno", "gatehouse-worker")
+    assert proposal.parent_span_id == agent_span_id
+    assert proposal.attributes["gatehouse.call.status"] == "pending_approval"
+    call = ToolCall.objects.get(pk=held["id"])
+    assert (call.traceparent, call.tracestate) == (f"00-{trace_id}-{proposal.span_id}-01", "vendor=agent-loop")
+    assert execution.parent_span_id == proposal.span_id
+    assert execution.attributes["gen_ai.tool.call.id"] == held["id"]
+    assert downstream_traceparents == [f"00-{trace_id}-{execution.span_id}-01"] * 2
+    assert_no_argument_values(spans, "PED-00000005", "35000")
+
+
+@pytest.mark.parametrize(
+    ("headers", "kept"),
+    [
+        (
+            {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": "v=1"},
+            ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "v=1"),
+        ),
+        (
+            {"traceparent": "00-0AF7651916CD43DD8448EB211C80319C-B7AD6B7169203331-00"},
+            ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00", ""),
+        ),
+        ({"traceparent": "00-00000000000000000000000000000000-b7ad6b7169203331-01"}, ("", "")),
+        ({"traceparent": "not a traceparent", "tracestate": "v=1"}, ("", "")),
+        (
+            {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": "v=" + "x" * 600},
+            ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", ""),
+        ),
+        ({}, ("", "")),
+    ],
+)
+def test_without_tracing_a_call_keeps_the_agents_trace_context_only_when_well_formed(
+    headers: dict[str, str], kept: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(telemetry, "_enabled", False)
+
+    with telemetry.ProposalScope(headers, tool="emitir_estorno", conversation_id=None) as scope:
+        fields = telemetry.proposal_trace()
+
+    assert scope.span is None
+    assert (fields["traceparent"], fields["tracestate"]) == kept
+    assert telemetry.proposal_trace() == {"traceparent": "", "tracestate": ""}  # only inside the proposal
 
 
 def test_a_refused_proposal_is_traced_with_its_error_code_and_not_the_agents_input(

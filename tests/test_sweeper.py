@@ -25,6 +25,7 @@ from approvals.models import ToolCall
 from approvals.tasks import execute_call
 from audit.chain import first_break
 from audit.models import Event
+from audit.sequencer import seal_all
 from demo.models import Refund
 from tests.conftest import refund
 from tests.processes import RedisServer
@@ -46,6 +47,7 @@ class UndedupedExecutor(Executor):
 
 
 def actions(call_id: str) -> list[str]:
+    seal_all()  # in chain order: sealed, as the sequencer does within a second
     return list(Event.objects.filter(call_id=call_id).order_by("seq").values_list("action", flat=True))
 
 

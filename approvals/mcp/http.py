@@ -44,7 +44,8 @@ from agents.models import TOKEN_PREFIX, Agent
 from approvals import telemetry
 from approvals.errors import ApiError, error_body
 from approvals.jsonbody import loads_strict
-from approvals.mcp.server import AGENT_SCOPE_KEY, ON_BEHALF_OF_SCOPE_KEY, build_server
+from approvals.mcp.identity import AGENT_SCOPE_KEY, ON_BEHALF_OF_SCOPE_KEY
+from approvals.mcp.server import build_server
 from approvals.proposals import enforce_rate_limit
 from audit.typealiases import JSONObject
 from oauth import bearer as oauth_bearer

@@ -5,7 +5,8 @@ The handlers are adapters only. Listing shows the agent's granted, enabled tools
 through the envelope schema REST uses too (`approvals.proposals.ProposalIn`) and
 hands it to `approvals.proposals.propose`, then reads the call back with
 `approvals.watch.wait_for` and `approvals.proposals.get_agent_call`. ORM work runs in a worker thread
-(`sync_to_async`), never on the event loop.
+(`sync_to_async`), never on the event loop. A held call goes back as a task to clients
+that declare the Tasks extension (`approvals.mcp.tasks`).
 
 Idempotency and conversation data travel in the request's `_meta`, not in the
 tool's arguments (which stay exactly the tool's schema):
@@ -16,23 +17,19 @@ tool's arguments (which stay exactly the tool's schema):
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from typing import ParamSpec, TypeVar
 
 import mcp.types as types
-from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.contrib.auth.models import User
-from django.db import close_old_connections
 from mcp.server import Server, ServerRequestContext
-from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 from starlette.requests import Request
 
 from agents.models import Agent
 from approvals import telemetry
 from approvals.errors import ApiError
+from approvals.mcp import tasks
 from approvals.mcp.catalog import CatalogChanges
+from approvals.mcp.identity import orm_work, request_agent, request_person
 from approvals.mcp.results import META_PREFIX, STATUS_TOOL, call_envelope_schema, call_result, error_result
 from approvals.proposals import Proposal, ProposalIn, get_agent_call, propose
 from approvals.serializers import call_body, tool_body
@@ -42,31 +39,7 @@ from toolcatalog.models import Tool
 from toolcatalog.schema import argument_errors, compile_validator
 
 log = logging.getLogger(__name__)
-P = ParamSpec("P")
-R = TypeVar("R")
 
-
-def orm_work(function: Callable[P, R]) -> Callable[P, Awaitable[R]]:
-    """Run `function` in a worker thread as one unit of database work, like a Django request.
-
-    The SDK runs handlers in its own tasks, outside the request's thread-sensitive
-    context, so Django's request signals never close these threads' connections:
-    done here instead, before (a connection broken meanwhile is replaced) and after
-    (it goes back to the pool).
-    """
-
-    def unit(*args: P.args, **kwargs: P.kwargs) -> R:
-        close_old_connections()
-        try:
-            return function(*args, **kwargs)
-        finally:
-            close_old_connections()
-
-    return sync_to_async(unit)
-
-
-AGENT_SCOPE_KEY = "gatehouse.agent"
-ON_BEHALF_OF_SCOPE_KEY = "gatehouse.on_behalf_of"  # the person an OAuth token acts for (None: a static token)
 ENVELOPE_FIELDS = ("idempotency_key", "conversation_id", "step", "call_index", "justification")
 WAIT_KEY = META_PREFIX + "wait_seconds"
 UNAVAILABLE = ApiError(
@@ -116,21 +89,6 @@ STATUS_TOOL_SPEC = types.Tool(
         open_world_hint=False,
     ),
 )
-
-
-def request_agent(ctx: ServerRequestContext[JSONObject, Request]) -> Agent:
-    """Return the agent the HTTP layer authenticated for this request (identity never comes from the model)."""
-    agent = ctx.request.scope.get(AGENT_SCOPE_KEY) if ctx.request is not None else None
-    if not isinstance(agent, Agent):
-        # Only reachable if the server is mounted without Gatehouse's HTTP wrapper.
-        raise MCPError(types.INVALID_REQUEST, "This request is not authenticated.")
-    return agent
-
-
-def request_person(ctx: ServerRequestContext[JSONObject, Request]) -> User | None:
-    """Return the person an OAuth token acts for (None for a static agent token), as the HTTP layer found it."""
-    person = ctx.request.scope.get(ON_BEHALF_OF_SCOPE_KEY) if ctx.request is not None else None
-    return person if isinstance(person, User) else None
 
 
 def mcp_tool(tool: Tool) -> types.Tool:
@@ -249,7 +207,7 @@ async def list_tools(
 def build_server() -> Server[JSONObject]:
     """Return the low-level MCP server (tools are per agent, so no static registry)."""
     changes = CatalogChanges()
-    return Server(
+    server: Server[JSONObject] = Server(
         "gatehouse",
         version="1",
         title="Gatehouse",
@@ -257,6 +215,7 @@ def build_server() -> Server[JSONObject]:
         instructions=INSTRUCTIONS,
         lifespan=changes.lifespan,
         on_list_tools=list_tools,
-        on_call_tool=call_tool,
         on_subscriptions_listen=changes.listen,
     )
+    tasks.install(server, call_tool)  # tools/call, with held calls as tasks for clients that declare them
+    return server

@@ -143,7 +143,8 @@ def live_context(call: ToolCall, user: User) -> dict[str, DjangoValue]:
         "refusal": refusal_for(call, user),
         "poll_interval": poll_interval(call),
         "result_rows": result_rows(call.result),
-        "timeline": list(Event.objects.filter(call_id=call.pk).order_by("seq")[:TIMELINE_LIMIT]),
+        # By id: a call's events are written one transaction after another, and the newest may wait to be sealed.
+        "timeline": list(Event.objects.filter(call_id=call.pk).order_by("id")[:TIMELINE_LIMIT]),
         "status_sentence": status_sentence(call.status),
         "arguments_caption": arguments_caption(call.status),
         "preview_title": preview_title(call.status),

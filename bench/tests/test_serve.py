@@ -1,46 +1,42 @@
-"""`bench.serve`: uvicorn's pre-bound listener must give connections TCP_NODELAY (uvicorn #3149)."""
+"""The bench's web servers are stock: the Procfile's own command for Gatehouse, gunicorn sync workers for reference."""
 
 from __future__ import annotations
 
-import asyncio
-import socket
+import importlib.util
+import os
+import subprocess
 
-from uvicorn.config import Config
+from bench.parameters import BASE_DIR, PYTHON, BenchSettings
+from bench.stack import reference_command, web_command
 
-from bench import serve
-
-
-async def _accepted_nodelay(listener: socket.socket) -> int:
-    """Serve `listener` with asyncio, connect once; return TCP_NODELAY of the accepted socket."""
-    accepted: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-
-    class Probe(asyncio.Protocol):
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            sock = transport.get_extra_info("socket")
-            accepted.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
-            transport.close()
-
-    server = await asyncio.get_running_loop().create_server(Probe, sock=listener)
-    async with server:
-        _, writer = await asyncio.open_connection(*listener.getsockname()[:2])
-        value = await asyncio.wait_for(accepted, timeout=5)
-        writer.close()
-    return value
+SETTINGS = BenchSettings(port=18090, reference_port=18093, web_workers=3, web_threads=2)
 
 
-def test_uvicorns_bound_socket_is_declared_tcp() -> None:
-    sock = serve.bind_socket(Config(app="config.asgi:application", host="127.0.0.1", port=0))
-    with sock:
-        assert sock.proto == socket.IPPROTO_TCP
-        assert sock.get_inheritable()
+def procfile_web_argv(env: dict[str, str]) -> list[str]:
+    """Return the Procfile's `web` command as the shell would run it with `env`, `python` as this interpreter."""
+    line = next(line for line in (BASE_DIR / "Procfile").read_text().splitlines() if line.startswith("web: "))
+    command = line.removeprefix("web: ").removeprefix("exec ")
+    printed = subprocess.run(
+        ["bash", "-c", f"printf '%s\\n' {command}"], env={**os.environ, **env}, capture_output=True, text=True
+    )
+    argv = printed.stdout.splitlines()
+    return [PYTHON if part == "python" else part for part in argv]
 
 
-def test_connections_on_the_bound_socket_get_tcp_nodelay() -> None:
-    sock = serve.bind_socket(Config(app="config.asgi:application", host="127.0.0.1", port=0))
-    sock.listen()
-    assert asyncio.run(_accepted_nodelay(sock)) != 0
+def test_the_bench_runs_gatehouse_under_the_procfiles_own_web_command() -> None:
+    env = {"GATEHOUSE_WEB_BIND": "127.0.0.1:18090", "WEB_CONCURRENCY": "3", "GATEHOUSE_WEB_THREADS": "2"}
+    assert web_command(SETTINGS) == procfile_web_argv(env)
 
 
-def test_other_sockets_are_left_alone() -> None:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as unix:
-        assert serve.with_tcp_protocol(unix) is unix
+def test_the_reference_server_is_gunicorns_sync_workers_on_the_same_wsgi_app() -> None:
+    command = reference_command(SETTINGS)
+    assert command[:4] == [PYTHON, "-m", "gunicorn", "config.wsgi"]
+    assert "--worker-class" not in command and "-k" not in command  # gunicorn's default: sync workers
+    assert command[command.index("--bind") + 1] == "127.0.0.1:18093"
+    assert command[command.index("--workers") + 1] == "3"
+
+
+def test_no_server_is_patched() -> None:
+    assert importlib.util.find_spec("bench.serve") is None
+    for command in (web_command(SETTINGS), reference_command(SETTINGS)):
+        assert not any("bench" in part for part in command)

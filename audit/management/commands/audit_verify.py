@@ -1,4 +1,7 @@
-"""Walk the audit hash chain; exit 0 if intact, 1 naming the first bad event.
+"""Walk the audit hash chain (its sealed events); exit 0 if intact, 1 naming the first bad event.
+
+Also says how many events wait to be sealed: they are in the log, but not in the
+chain until the sequencer (`audit_sequencer`) seals them.
 
 With `--checkpoints FILE`, also check each signed checkpoint against the stored
 chain, with public keys only: `--jwks URL` (a Gatehouse's /.well-known/jwks.json),
@@ -15,6 +18,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from audit.chain import first_break
 from audit.checkpoints import checkpoint_problems
 from audit.models import Event
+from audit.store import unsealed_count
 from audit.typealiases import OptionValue
 from vault import signing
 
@@ -30,9 +34,10 @@ class Command(BaseCommand):
 
     def handle(self, *args: str, **options: OptionValue) -> None:
         started = time.perf_counter()
-        count = Event.objects.count()
+        count = Event.objects.filter(seq__isnull=False).count()
+        waiting = unsealed_count()
         # A million events take seconds: say what is being walked before the walk starts.
-        self.stdout.write(f"Verifying the audit chain: {count:,} events…")
+        self.stdout.write(f"Verifying the audit chain: {count:,} sealed events ({waiting:,} waiting to be sealed)…")
         broken = first_break()
         if broken is not None:
             raise CommandError(f"audit chain broken at event #{broken.seq}: {broken.reason}")
@@ -44,7 +49,11 @@ class Command(BaseCommand):
                 raise CommandError("audit checkpoints do not match: " + "; ".join(problems))
         elapsed = time.perf_counter() - started
         rate = f", {count / elapsed:,.0f} events/s" if elapsed and count else ""
-        self.stdout.write(self.style.SUCCESS(f"audit chain intact: {count} events in {elapsed:.2f} s{rate}"))
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"audit chain intact: {count} events in {elapsed:.2f} s{rate}; {waiting} waiting to be sealed"
+            )
+        )
 
 
 def public_keys(jwks_url: str | None, pem_path: str | None) -> signing.PublicKeys:

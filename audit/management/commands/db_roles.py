@@ -1,9 +1,10 @@
 """Create or check the least-privilege PostgreSQL role the application connects as.
 
 The role that runs `migrate` owns the tables; the application's role may read and
-write the product's tables, may only INSERT and SELECT the audit log, and owns
+write the product's tables, may only INSERT and SELECT the audit log and UPDATE its
+sealing columns (the sequencer's, which the triggers let it set once), and owns
 nothing, so it cannot ALTER the audit table, disable or replace its triggers, or
-UPDATE, DELETE or TRUNCATE its rows. See docs/deploy.md.
+UPDATE any other column, DELETE or TRUNCATE its rows. See docs/deploy.md.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 
 from audit.models import Event
+from audit.store import SEALING_COLUMNS
 from audit.typealiases import OptionValue
 
 # Role names are interpolated into SQL (utility statements take no parameters): only plain names.
@@ -42,9 +44,10 @@ def app_role_sql(app_role: str, *, owner: str, database: str, schema: str, audit
         f"GRANT USAGE ON SCHEMA {schema_q} TO {role}",
         f"REVOKE ALL ON ALL TABLES IN SCHEMA {schema_q} FROM {role}",
         f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema_q} TO {role}",
-        # The audit log is append-only for the application: add and read, nothing else.
+        # The audit log is append-only for the application: add and read, and seal (the sequencer), nothing else.
         f"REVOKE ALL ON TABLE {schema_q}.{audit} FROM {role}",
         f"GRANT SELECT, INSERT ON TABLE {schema_q}.{audit} TO {role}",
+        f"GRANT UPDATE ({', '.join(SEALING_COLUMNS)}) ON TABLE {schema_q}.{audit} TO {role}",
         f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {schema_q} TO {role}",
         f"ALTER DEFAULT PRIVILEGES FOR ROLE {owner_q} IN SCHEMA {schema_q} "
         f"GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {role}",
@@ -64,7 +67,11 @@ SELECT r.rolsuper, pg_has_role(current_user, t.tableowner, 'MEMBER'),
        has_table_privilege(t.schemaname || '.' || t.tablename, 'UPDATE'),
        has_table_privilege(t.schemaname || '.' || t.tablename, 'DELETE'),
        has_table_privilege(t.schemaname || '.' || t.tablename, 'TRUNCATE'),
-       has_table_privilege(t.schemaname || '.' || t.tablename, 'TRIGGER')
+       has_table_privilege(t.schemaname || '.' || t.tablename, 'TRIGGER'),
+       EXISTS(SELECT 1 FROM pg_attribute a
+              WHERE a.attrelid = (quote_ident(t.schemaname) || '.' || quote_ident(t.tablename))::regclass
+                AND a.attnum > 0 AND NOT a.attisdropped AND a.attname <> ALL(%s)
+                AND has_column_privilege(a.attrelid, a.attnum, 'UPDATE'))
 FROM pg_roles r, pg_tables t
 WHERE r.rolname = current_user AND t.schemaname = current_schema() AND t.tablename = %s
 """
@@ -75,6 +82,7 @@ _POWER_NAMES = (
     "DELETE",
     "TRUNCATE",
     "TRIGGER",
+    "UPDATE of a column but the sealing ones",
 )
 
 
@@ -111,7 +119,7 @@ class Command(BaseCommand):
                 cursor.execute(statement)
         self.stdout.write(
             self.style.SUCCESS(
-                f"role {app_role} may read and write the tables, and only append to "
+                f"role {app_role} may read and write the tables, and only append to and seal "
                 f"{Event._meta.db_table}: connect the application as it"
             )
         )
@@ -150,7 +158,7 @@ class Command(BaseCommand):
     def check_connected_role(self) -> None:
         """Refuse (non-zero exit) if the connected role may change the audit log by any means but INSERT."""
         with connection.cursor() as cursor:
-            cursor.execute(_POWERS_SQL, [Event._meta.db_table])
+            cursor.execute(_POWERS_SQL, [list(SEALING_COLUMNS), Event._meta.db_table])
             row = cursor.fetchone()
             cursor.execute("SELECT current_user")
             user = cursor.fetchone()[0]
@@ -159,4 +167,6 @@ class Command(BaseCommand):
         powers = [name for name, held in zip(_POWER_NAMES, row, strict=True) if held]
         if powers:
             raise CommandError(f"role {user} could alter or erase the audit log: " + ", ".join(powers))
-        self.stdout.write(self.style.SUCCESS(f"role {user} may only append to and read the audit log"))
+        self.stdout.write(
+            self.style.SUCCESS(f"role {user} may only append to and read the audit log, and seal its events once")
+        )
