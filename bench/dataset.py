@@ -21,7 +21,7 @@ PENDING_SQL = """
 INSERT INTO approvals_toolcall (
     id, agent_id, tool_id, tool_version, arguments, arguments_hash, request_hash, idempotency_key,
     conversation_id, justification, status, risk_tier, risk_reasons, approvals_required,
-    approved_arguments_hash, attempts, created_at, expires_at
+    approved_arguments_hash, attempts, created_at, expires_at, traceparent, tracestate
 )
 SELECT
     gen_random_uuid(), %(agent)s, %(tool)s, %(version)s,
@@ -36,7 +36,7 @@ SELECT
     CASE WHEN 20001 + (i * 7919) %% 600000 > 500000 THEN 3 ELSE 2 END,
     '[{"rule": "above-autonomy", "tier": 2, "description": "Refunds above R$ 200,00 need one reviewer."}]'::jsonb,
     CASE WHEN 20001 + (i * 7919) %% 600000 > 500000 THEN 2 ELSE 1 END,
-    '', 0, now() - make_interval(secs => i * 0.01), now() + interval '4 hours'
+    '', 0, now() - make_interval(secs => i * 0.01), now() + interval '4 hours', '', ''
 FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS i  -- psycopg sends small numbers as smallint
 """
 
