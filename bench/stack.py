@@ -56,38 +56,19 @@ def manage(env: dict[str, str], *args: str) -> str:
 
 def web_command(settings: BenchSettings, port: int | None = None) -> list[str]:
     """Return Gatehouse's web server command line: the Procfile's gunicorn, with the bench's processes and threads."""
-    return [
-        PYTHON,
-        "-m",
-        "gunicorn",
-        "config.wsgi",
-        "--bind",
-        f"127.0.0.1:{port or settings.port}",
-        "--workers",
-        str(settings.web_workers),
-        "--worker-class",
-        "gthread",
-        "--threads",
-        str(settings.web_threads),
-        "--log-level",
-        "warning",
-    ]
+    threaded = ["--worker-class", "gthread", "--threads", str(settings.web_threads)]
+    return gunicorn_command(settings, port or settings.port, *threaded)
 
 
 def reference_command(settings: BenchSettings) -> list[str]:
     """Return the reference server's command line: gunicorn's sync workers, as plain Django is usually served."""
-    return [
-        PYTHON,
-        "-m",
-        "gunicorn",
-        "config.wsgi",
-        "--bind",
-        f"127.0.0.1:{settings.reference_port}",
-        "--workers",
-        str(settings.web_workers),
-        "--log-level",
-        "warning",
-    ]
+    return gunicorn_command(settings, settings.reference_port)
+
+
+def gunicorn_command(settings: BenchSettings, port: int, *options: str) -> list[str]:
+    """Return gunicorn serving `config.wsgi` on `port` with the bench's processes, plus `options`."""
+    bind = ["--bind", f"127.0.0.1:{port}", "--workers", str(settings.web_workers)]
+    return [PYTHON, "-m", "gunicorn", "config.wsgi", *bind, *options, "--log-level", "warning"]
 
 
 def worker_command() -> list[str]:
