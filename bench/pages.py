@@ -1,4 +1,4 @@
-"""Scenario 3: the reviewer queue `/` and the audit log `/audit/`, signed in as a reviewer.
+"""Scenario 3: the reviewer pages — the queue, a pending call, the audit log and the overview — signed in as a reviewer.
 
 Response times come from wrk over HTTP (one reviewer, one connection); query
 counts from the same views run in this process under CaptureQueriesContext.
@@ -16,7 +16,8 @@ from bench import wrk
 from bench.parameters import BenchSettings
 from bench.stats import Spread
 
-PAGES = {"queue": "/", "audit log": "/audit/"}
+# `{call}`: the newest pending call, as a reviewer opening the top of the queue would.
+PAGES = {"queue": "/", "a call": "/calls/{call}/", "audit log": "/audit/", "overview": "/overview/"}
 REVIEWER = "alice"
 
 
@@ -54,6 +55,13 @@ def count_queries(client: object, path: str) -> int:
     return len(captured)
 
 
+def newest_pending_call() -> str:
+    """Return the id of the newest call waiting for a reviewer."""
+    from approvals.models import Status, ToolCall
+
+    return str(ToolCall.objects.filter(status=Status.PENDING_APPROVAL).latest("created_at").pk)
+
+
 def check_page(base_url: str, path: str, cookie: str) -> None:
     """Fail unless `path` answers 200 over HTTP to the reviewer's session (not a login redirect)."""
     response = httpx.get(base_url + path, headers={"Cookie": cookie}, follow_redirects=False, timeout=30)
@@ -64,7 +72,7 @@ def check_page(base_url: str, path: str, cookie: str) -> None:
 def measure(
     settings: BenchSettings, workdir: Path, size: str, results: PageResults, log: object = print
 ) -> PageResults:
-    """Measure both pages at the current data size (labelled `size`)."""
+    """Measure every page at the current data size (labelled `size`)."""
     from django.conf import settings as django_settings
 
     from bench import dataset
@@ -72,7 +80,9 @@ def measure(
     results.sizes[size] = (dataset.pending_count(), dataset.event_count())
     client = reviewer_client()
     cookie = f"{django_settings.SESSION_COOKIE_NAME}={client.cookies[django_settings.SESSION_COOKIE_NAME].value}"  # type: ignore[attr-defined]
-    for page, path in PAGES.items():
+    call = newest_pending_call()
+    for page, template in PAGES.items():
+        path = template.format(call=call)
         check_page(settings.base_url, path, cookie)
         results.queries[(page, size)] = count_queries(client, path)
         target = wrk.Target("GET", path, {"Cookie": cookie})

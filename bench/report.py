@@ -76,7 +76,7 @@ def headline(r: Results) -> list[str]:
         f"**{instant.median:.2f}×** the time of a bare POST plus a bare Celery round trip when its downstream "
         f"answers at once (Gatehouse's own cost), and in **{e2e.median:.2f}×** when the downstream is the demo "
         f"seat service, a second Django request on the same server (target ≤ {E2E_TARGET}×). "
-        "The reviewer queue and the audit log "
+        "The reviewer pages (the queue, a call, the audit log, the overview) "
         f"answer in ≤ **{pages_p95:.0f} ms** p95 over {pending:,} pending calls and {events:,} audit events, with a "
         f"fixed number of queries, and `audit_verify` checks **{rate.median:,.0f} events/s**.",
         "",
@@ -340,8 +340,8 @@ def pages_section(r: Results) -> list[str]:
         f"connection, {s.runs} runs × {s.page_duration:.0f} s per page and data size. Queries: the same request "
         "in-process under `CaptureQueriesContext` (session, user and permission queries included). Bulk data: "
         "pending tier-2/3 "
-        "refunds from one `INSERT … SELECT generate_series`, audit events hashed with `audit.chain.event_hash` and "
-        "`COPY`ed after the chain's head under its advisory lock; then `VACUUM ANALYZE`, as autovacuum would.",
+        "refunds from one `INSERT … SELECT generate_series`, audit events `COPY`ed after the sealed head already "
+        "sealed, with the digest and hash the sequencer would give them; then `VACUUM ANALYZE`, as autovacuum would.",
         "",
         "| page | pending calls | audit events | p50 ms | p95 ms | queries |",
         "|---|---|---|---|---|---|",
