@@ -133,12 +133,18 @@ def write_seals(seals: list[Seal], sealed_at: datetime) -> int:
         return int(cursor.rowcount)
 
 
+# Events per UPDATE of the portable twin: bulk_update binds about nine parameters an event,
+# and PostgreSQL takes at most 65,535 in one statement (SQLite's own limit is applied by Django).
+PORTABLE_SEALS_PER_STATEMENT = 1_000
+
+
 def _write_seals_portably(seals: list[Seal], sealed_at: datetime) -> int:
-    """The portable twin: bulk_update filtered to unsealed events (one statement per batch SQLite can bind)."""
+    """The portable twin: bulk_update filtered to unsealed events, in statements the database can bind."""
     events = [
         Event(pk=seal.id, seq=seal.seq, prev_hash=seal.prev_hash, hash=seal.hash, sealed_at=sealed_at) for seal in seals
     ]
-    return Event.objects.filter(seq__isnull=True).bulk_update(events, list(SEALING_COLUMNS))
+    unsealed_only = Event.objects.filter(seq__isnull=True)
+    return unsealed_only.bulk_update(events, list(SEALING_COLUMNS), batch_size=PORTABLE_SEALS_PER_STATEMENT)
 
 
 # ------------------------------------------------------------------ leading

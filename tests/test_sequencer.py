@@ -101,6 +101,18 @@ def test_a_writer_takes_no_lock_and_the_sealer_chains_in_insert_order() -> None:
     assert first_break() is None
 
 
+@pytest.mark.django_db
+def test_the_portable_twin_seals_a_full_batch_on_postgresql_too(settings: Any) -> None:
+    settings.GATEHOUSE_POSTGRESQL_STORE = False
+    with transaction.atomic():
+        for n in range(8_000):  # more events than one UPDATE of bulk_update can bind parameters for
+            store.append(new_event("test.sequenced", actor=ACTOR, data={"n": n}))
+
+    assert seal(limit=10_000) == 8_000
+    assert sealed_seqs() == list(range(1, 8_001))
+    assert first_break() is None
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_late_commit_is_sealed_after_the_events_committed_before_it() -> None:
     """An event whose transaction took a lower id but committed later gets a later seq (routing follows seq)."""
