@@ -85,6 +85,16 @@ class ToolCall(models.Model):
             models.Index(fields=["status", "-risk_tier", "created_at"], name="toolcall_queue"),
             models.Index(fields=["agent", "conversation_id", "tool", "created_at"], name="toolcall_conversation"),
             models.Index(fields=["created_at"], name="toolcall_created"),
+            # The overview's decisions: only calls a person decided, rejected or let expire, so its figures
+            # read a window's decisions, never its pending backlog or the calls that ran on their own.
+            models.Index(
+                # Every column the overview reads, as keys (SQLite has no INCLUDE): its scans stay in the index.
+                fields=["created_at", "approvals_required", "decided_at", "status", "risk_tier", "tool"],
+                # approvals.views.overview.REVIEW_OUTCOME: the same condition, so its queries can use the index.
+                condition=models.Q(approvals_required__gt=0, decided_at__isnull=False)
+                | models.Q(status__in=[Status.REJECTED, Status.EXPIRED]),
+                name="toolcall_review_outcome",
+            ),
         ]
 
     def __str__(self) -> str:

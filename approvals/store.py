@@ -22,7 +22,8 @@ from datetime import datetime, timedelta
 from typing import TypeVar
 
 import psycopg
-from django.db import IntegrityError, connection, models, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, models, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 from psycopg.pq import TransactionStatus
@@ -76,11 +77,26 @@ def column_list(model: type[models.Model], alias: str) -> str:
 def instance_from_row(model: type[RowModel], values: Sequence[SQLValue]) -> RowModel:
     """Build a model instance from its concrete columns' values, in field order, converted as the ORM would."""
     fields = model._meta.concrete_fields
+    db = current_database()
     converted = [
-        field.from_db_value(value, None, connection) if hasattr(field, "from_db_value") else value
+        field.from_db_value(value, None, db) if hasattr(field, "from_db_value") else value
         for field, value in zip(fields, values, strict=True)
     ]
-    return model.from_db(connection.alias, [field.attname for field in fields], converted)
+    return model.from_db(db.alias, _attnames(model), converted)
+
+
+def current_database() -> BaseDatabaseWrapper:
+    """Return this thread's default database connection itself, not `django.db.connection`.
+
+    The proxy looks the connection up again (a thread-local read) on every attribute;
+    converting a row's values touches it once a field, which cost more than the values.
+    """
+    return connections[DEFAULT_DB_ALIAS]
+
+
+@functools.cache
+def _attnames(model: type[models.Model]) -> list[str]:
+    return [field.attname for field in model._meta.concrete_fields]
 
 
 def _table(model: type[models.Model]) -> str:
@@ -166,7 +182,7 @@ _OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
 
 def _commit_in_one_message(call: ToolCall, budgets: list[Budget], event: Event) -> None:
-    """PostgreSQL: BEGIN, the INSERT, the budgets' upserts, the event's INSERT and COMMIT, one message.
+    """PostgreSQL: BEGIN, the INSERT with the budgets' upserts, the event's INSERT and COMMIT, one message.
 
     A failed statement skips the rest and leaves the transaction to roll back: a
     taken key raises IntegrityError, a spent-out budget (the counter's `used <= cap`
@@ -179,9 +195,7 @@ def _commit_in_one_message(call: ToolCall, budgets: list[Budget], event: Event) 
         try:
             with connection.wrap_database_errors, conn.pipeline():
                 statements.execute("BEGIN")
-                _queue_insert(statements, call)
-                for budget in budgets:
-                    statements.execute(_spend_sql(), [call.agent_id, budget.scope, budget.key, budget.limit])
+                _queue_insert(statements, call, budgets)
                 chain_store.queue_insert(appending, event)
                 statements.execute("COMMIT")
         except Exception as error:
@@ -194,11 +208,11 @@ def _commit_in_one_message(call: ToolCall, budgets: list[Budget], event: Event) 
         chain_store.inserted(event, appending.fetchone())
 
 
-@functools.cache
-def _spend_sql() -> str:
-    """Return the upsert that spends one call from a budget, counted against its limit (`cap`)."""
+def _spend_sql(previous: str) -> str:
+    """Return the upsert that spends one call from a budget, counted against its limit (`cap`), once per row of
+    `previous` (the statement before it: one row)."""
     return f"""
-INSERT INTO {_table(BudgetCounter)} AS c (agent_id, scope, key, used, cap) VALUES (%s, %s, %s, 1, %s)
+INSERT INTO {_table(BudgetCounter)} AS c (agent_id, scope, key, used, cap) SELECT %s, %s, %s, 1, %s FROM {previous}
 ON CONFLICT (agent_id, scope, key) DO UPDATE SET used = c.used + 1, cap = EXCLUDED.cap
 """  # noqa: S608 — the table's name only
 
@@ -216,10 +230,33 @@ def _which_spent_out(agent: Agent, budgets: list[Budget]) -> tuple[Budget, int |
     return budget, seconds_left(budget, now)
 
 
-def _queue_insert(cursor: CursorWrapper, call: ToolCall) -> None:
-    """Queue the call's INSERT as the ORM would write it."""
-    fields = call._meta.concrete_fields
+def _queue_insert(cursor: CursorWrapper, call: ToolCall, budgets: list[Budget]) -> None:
+    """Queue the call's INSERT as the ORM would write it, spending `budgets` in the same statement.
+
+    Each value is prepared by its field, for this connection.
+    """
+    db = cursor.db  # the connection itself: its proxy would be looked up again for every field
+    values = [field.get_db_prep_save(field.pre_save(call, True), db) for field in ToolCall._meta.concrete_fields]
+    for budget in budgets:
+        values += [call.agent_id, budget.scope, budget.key, budget.limit]
+    cursor.execute(_insert_sql(len(budgets)), values)
+
+
+@functools.cache
+def _insert_sql(budget_count: int) -> str:
+    """Return the call's INSERT followed, in one statement, by the upserts of `budget_count` budgets.
+
+    Each step reads the row the step before returned, so PostgreSQL runs them in that
+    order (the call's unique key first, then the counters in the budgets' order); any
+    one failing fails the statement. One statement rather than several spares each its
+    trip through the driver; the model does not change, so it is built once.
+    """
+    fields = ToolCall._meta.concrete_fields
     columns = ", ".join(connection.ops.quote_name(field.column) for field in fields)
-    values = [field.get_db_prep_save(field.pre_save(call, True), connection) for field in fields]
     placeholders = ", ".join(["%s"] * len(fields))
-    cursor.execute(f"INSERT INTO {_table(ToolCall)} ({columns}) VALUES ({placeholders})", values)  # noqa: S608
+    insert = f"INSERT INTO {_table(ToolCall)} ({columns}) VALUES ({placeholders})"  # noqa: S608
+    if budget_count == 0:
+        return insert
+    steps = [f"step0 AS ({insert} RETURNING 1)"]
+    steps += [f"step{n} AS ({_spend_sql(f'step{n - 1}')} RETURNING 1)" for n in range(1, budget_count)]
+    return f"WITH {', '.join(steps)} {_spend_sql(f'step{budget_count - 1}')}"

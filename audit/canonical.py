@@ -26,6 +26,7 @@ import hashlib
 import json
 from decimal import Decimal
 
+import orjson
 import rfc8785
 from django.core.serializers.json import DjangoJSONEncoder
 
@@ -42,6 +43,20 @@ def canonical_json(value: JSONValue) -> str:
     JSON encoder writes them. Raises ValueError for NaN, infinities and lone surrogates.
     """
     try:
+        plain = _orjson_ready(value)
+    except RecursionError:  # nested deeper than Python recurses: the walk below raises as it always did
+        plain = _NOT_READY
+    if plain is not _NOT_READY:
+        try:
+            return orjson.dumps(plain, option=orjson.OPT_SORT_KEYS).decode()
+        except orjson.JSONEncodeError:  # a lone surrogate, or nesting deeper than orjson goes: the walk says why
+            pass
+    return rfc8785_text(value)
+
+
+def rfc8785_text(value: JSONValue) -> str:
+    """Return `canonical_json`'s text by the RFC 8785 walk alone (what orjson's text is held to)."""
+    try:
         return rfc8785.dumps(value).decode()
     except rfc8785.IntegerDomainError:  # a rare integer beyond ±(2**53 − 1): the slower exact walk
         return _dumps(_plain(value))
@@ -49,7 +64,60 @@ def canonical_json(value: JSONValue) -> str:
         plain = _plain(value)
         if plain == value:  # nothing to convert: the value itself is not JSON (NaN, a lone surrogate)
             raise
-        return canonical_json(plain)
+        return rfc8785_text(plain)
+
+
+# Where orjson writes exactly RFC 8785's bytes: strings (every code point escaped alike), integers
+# doubles hold exactly, true/false/null, arrays, and objects whose keys are ASCII (so sorting by
+# UTF-16 units, as RFC 8785 does, and by orjson's order agree). Floats are not: the two write
+# some differently (100.0, 1e21). Anything else takes `rfc8785_text`.
+_NOT_READY = object()
+
+
+def _orjson_ready(value: object) -> object:
+    """Return `value` as plain JSON types orjson writes as RFC 8785 does, or `_NOT_READY`.
+
+    Converted as the walk would take them: subclasses as their base type's value
+    (rfc8785 writes a `str` enum's text, an `int` enum's number), tuples as arrays,
+    and a value JSON has no type for as Django's JSON encoder writes it, if that is text.
+    """
+    if value is None or type(value) is str or type(value) is bool:
+        return value
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value) if -SAFE_INTEGER <= value <= SAFE_INTEGER else _NOT_READY
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, dict):
+        return _ready_object(value)
+    if isinstance(value, list | tuple):
+        items = [_orjson_ready(item) for item in value]
+        return _NOT_READY if any(item is _NOT_READY for item in items) else items
+    if isinstance(value, float):
+        return _NOT_READY
+    text = _django_text(value)
+    return text if type(text) is str else _NOT_READY
+
+
+def _ready_object(value: dict[object, object]) -> object:
+    ready: dict[str, object] = {}
+    for key, item in value.items():
+        if type(key) is not str or not key.isascii():
+            return _NOT_READY
+        plain = _orjson_ready(item)
+        if plain is _NOT_READY:
+            return _NOT_READY
+        ready[key] = plain
+    return ready
+
+
+def _django_text(value: object) -> object:
+    """Return what Django's JSON encoder writes for a value JSON has no type for (None if it has no form)."""
+    try:
+        return DjangoJSONEncoder().default(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def canonical_hash(value: JSONValue) -> str:

@@ -21,9 +21,10 @@ import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from functools import partial
+from itertools import chain
 from typing import TypedDict
 from uuid import UUID
 
@@ -32,13 +33,13 @@ import psycopg
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
 from django.db.models import F, Max, Min, TextField
-from django.db.models.expressions import Combinable, RawSQL
+from django.db.models.expressions import Combinable
 from django.db.models.functions import Cast
 from typing_extensions import Unpack
 
 from audit import store
 from audit.canonical import normalized
-from audit.hashing import CREATED_TEXT_SQL, GENESIS_HASH, chained, content_digest, event_hash, sealed_hash
+from audit.hashing import GENESIS_HASH, chained, content_digest, event_hash, sealed_hash
 from audit.models import HASHED_FIELDS, Event
 from audit.signals import event_recorded
 from audit.typealiases import JSONObject, JSONValue, SQLRow
@@ -137,8 +138,8 @@ def iter_breaks(chunk_size: int = 10_000) -> Iterator[ChainBreak]:
     """Yield the places where the sealed chain does not verify, in order (unsealed events are not in it yet).
 
     Streams plain tuples (no model instances), `data` as its JSON text and, on
-    PostgreSQL, `created_at` as ISO text: a walk over a million events is bound by
-    decoding and re-encoding, so `_breaks` tries orjson first and the exact
+    PostgreSQL, `created_at` as its text (`_stamp`): a walk over a million events is
+    bound by decoding and re-encoding, so `_breaks` tries orjson first and the exact
     canonical form only when that does not match, and timestamps skip the driver's
     timezone-aware loader.
     """
@@ -151,7 +152,10 @@ def iter_breaks(chunk_size: int = 10_000) -> Iterator[ChainBreak]:
         .annotate(created_text=_created_at_column(), call_text=_call_id_column(), data_text=Cast("data", TextField()))
         .values_list("created_text", "data_text", *columns, "digest", "prev_hash", "hash")
     )
-    yield from _breaks(rows.iterator(chunk_size=chunk_size), 1, GENESIS_HASH, [])
+    found = rows.iterator(chunk_size=chunk_size)
+    if connection.vendor != "postgresql":  # created_at comes as a datetime: its hashed text
+        found = ((created.isoformat(), *rest) for created, *rest in found)
+    yield from _breaks(found, 1, GENESIS_HASH, [])
 
 
 def _breaks(
@@ -159,32 +163,36 @@ def _breaks(
 ) -> Iterator[ChainBreak]:
     """Yield the breaks among `rows` (ordered by seq) after (`expected_seq` − 1, `prev_hash`).
 
-    When the rows run out, `tail` receives the last (seq, hash) walked. The loop is
-    the walk's hot path (a million events): the columns are named rather than packed
-    into a tuple, and the orjson check runs inline, by the event's form (a sealed
-    event has a digest); `_content_matches` decides the rest.
+    The walk's hot path (`tail` receives the last (seq, hash) walked): named columns; created_at's UTC text with
+    six digits of fraction rebuilt from its second's (`_stamp` for other forms); one dict literal, checked with
+    orjson inline, by the event's form (a sealed event has a digest); `_content_matches` decides the rest.
     """
-    seq = None
+    seq, second, prefix = None, "", ""
     loads, dumps, sha256, sorted_keys = orjson.loads, orjson.dumps, hashlib.sha256, orjson.OPT_SORT_KEYS
-    fields_to_hash = Event.fields_to_hash
     for created, data_text, seq, kind, actor, action, call_id, agent, tool, digest, stored_prev, stored_hash in rows:
         if seq != expected_seq:
             yield ChainBreak(expected_seq, f"event #{expected_seq} is missing")
         if stored_prev != prev_hash:
             yield ChainBreak(seq, "does not chain to the event before it")
-        try:  # created: the hashed text on PostgreSQL, a datetime elsewhere
-            fields = fields_to_hash(seq, created, kind, actor, action, call_id, agent, tool, loads(data_text))
+        if created[:19] != second:
+            second, prefix = created[:19], _second_prefix(created[:19])
+        stamp = prefix + created[19:26] + "+00:00" if created[26:] == "+00" and prefix else _stamp(created, prefix)
+        try:
+            content = {
+                "action": action, "actor_kind": kind, "actor_name": actor, "agent_name": agent,
+                "call_id": call_id or None, "created_at": stamp, "data": loads(data_text), "tool_name": tool,
+            }  # fmt: skip
             if digest is None:
-                intact = sha256(stored_prev.encode() + dumps(fields, option=sorted_keys)).hexdigest() == stored_hash
+                text = dumps({**content, "seq": seq}, option=sorted_keys)
+                intact = sha256(stored_prev.encode() + text).hexdigest() == stored_hash
             else:
-                del fields["seq"]
-                computed = sha256(dumps(fields, option=sorted_keys)).hexdigest()
+                computed = sha256(dumps(content, option=sorted_keys)).hexdigest()
                 sealed = sha256(f"{stored_prev}\n{seq}\n{computed}".encode()).hexdigest()
                 intact = computed == digest and sealed == stored_hash
         except (orjson.JSONDecodeError, orjson.JSONEncodeError):
             intact = False
         if not intact and not _content_matches(
-            (seq, created, kind, actor, action, call_id, agent, tool), data_text, digest, stored_prev, stored_hash
+            (seq, stamp, kind, actor, action, call_id, agent, tool), data_text, digest, stored_prev, stored_hash
         ):
             yield ChainBreak(seq, "its content does not match its hash")
         expected_seq, prev_hash = seq + 1, stored_hash
@@ -192,16 +200,50 @@ def _breaks(
         tail.append((expected_seq - 1, prev_hash))
 
 
+def _second_prefix(head: str) -> str:
+    """Return the hashed text's "YYYY-MM-DDTHH:MM:SS" for the first 19 characters of PostgreSQL's ISO text, or "".
+
+    Years beyond 9999 push the dash (and BC dates end otherwise than `+00`): those,
+    and text in any other form, take `_stamp`.
+    """
+    if len(head) == 19 and head[4] == "-" and head[10] == " ":
+        return f"{head[:10]}T{head[11:]}"
+    return ""
+
+
+def _stamp(created: str, prefix: str) -> str:
+    """Return the text the hash covers for created_at's text in any ISO form, `prefix` its `_second_prefix`.
+
+    That is the UTC datetime's isoformat(): from PostgreSQL's UTC text with a
+    fraction trimmed of trailing zeros (or none), else read as a datetime. Text no
+    aware datetime reads as (BC, beyond 9999, infinity) is returned as it is: no
+    event was hashed with it, and it cannot equal an isoformat().
+    """
+    fraction = created[19:-3]
+    if prefix and created[-3:] == "+00" and (not fraction or (fraction[0] == "." and 1 < len(fraction) <= 7)):
+        return f"{prefix}{fraction.ljust(7, '0') if fraction else ''}+00:00"
+    try:
+        moment = datetime.fromisoformat(created)
+        return moment.astimezone(UTC).isoformat() if moment.tzinfo is not None else created
+    except (ValueError, OverflowError):
+        return created
+
+
 # Below this many events the walk runs in this process (and this connection: it
 # sees the caller's uncommitted events, as the tests' do).
 PARALLEL_MIN_EVENTS = 200_000
 
-# One range of the chain, read by a walker process over its own connection.
-_RANGE_SQL = f"""
-SELECT {CREATED_TEXT_SQL.format("created_at")}, data::text,
+# One range of the chain, read by a walker process over its own connection. created_at comes as its plain text, in
+# the form _WALK_SESSION sets for the walk's transaction (ISO, UTC: `2026-12-04 15:05:54.098403+00`), and `_breaks`
+# rebuilds the hashed text from it: cheaper, per event, than PostgreSQL's to_char (`CREATED_TEXT_SQL`).
+_RANGE_SQL = """
+SELECT created_at::text, data::text,
        seq, actor_kind, actor_name, action, call_id::text, agent_name, tool_name, digest, prev_hash, hash
 FROM audit_event WHERE seq >= %s AND seq <= %s ORDER BY seq
-"""  # noqa: S608 — no values interpolated
+"""
+_WALK_SESSION = "SELECT set_config('TimeZone', 'UTC', true), set_config('DateStyle', 'ISO', true)"
+# Rows fetched from a walker's cursor at a time.
+_WALK_PAGE = 20_000
 
 
 @dataclass(frozen=True)
@@ -221,20 +263,21 @@ def _walk_range(conninfo: str, low: int, high: int) -> _RangeWalk:
     `parallel_first_break`, which compares the seams.
     """
     with psycopg.connect(conninfo) as conn, conn.transaction(), conn.cursor(name="audit_walk") as cursor:
-        cursor.itersize = 20_000
-        rows = iter(cursor.execute(_RANGE_SQL, (low, high)))
+        conn.execute(_WALK_SESSION)
+        rows = chain.from_iterable(_pages(cursor.execute(_RANGE_SQL, (low, high))))
         first = next(rows, None)
         if first is None:
             return _RangeWalk(None, None, None)
         head = (first[2], first[-2])
         tail: list[tuple[int, str]] = []
-        found = next(_breaks(_chain_first(first, rows), head[0], head[1], tail), None)
+        found = next(_breaks(chain((first,), rows), head[0], head[1], tail), None)
         return _RangeWalk(head, found, tail[0] if tail else None)
 
 
-def _chain_first(first: SQLRow, rows: Iterator[SQLRow]) -> Iterator[SQLRow]:
-    yield first
-    yield from rows
+def _pages(cursor: psycopg.ServerCursor[SQLRow]) -> Iterator[list[SQLRow]]:
+    """Yield the cursor's rows a page at a time (iterating the cursor itself runs Python code for every row)."""
+    while page := cursor.fetchmany(_WALK_PAGE):
+        yield page
 
 
 def parallel_first_break(workers: int, low: int, high: int) -> ChainBreak | None:
@@ -271,10 +314,8 @@ def parallel_first_break(workers: int, low: int, high: int) -> ChainBreak | None
 
 
 def _created_at_column() -> Combinable:
-    """Return created_at as the text the hash covers on PostgreSQL, else the column."""
-    if connection.vendor != "postgresql":
-        return F("created_at")
-    return RawSQL(CREATED_TEXT_SQL.format('"audit_event"."created_at"'), ())  # noqa: S611 — no values interpolated
+    """Return created_at as text on PostgreSQL (`_stamp` reads it in the session's time zone), else the column."""
+    return Cast("created_at", TextField()) if connection.vendor == "postgresql" else F("created_at")
 
 
 def _call_id_column() -> Combinable:

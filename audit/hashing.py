@@ -23,8 +23,9 @@ from audit.canonical import canonical_json
 
 GENESIS_HASH = "0" * 64
 
-# created_at exactly as the hash covers it: Python's isoformat() of a UTC datetime (no
-# fraction when it is zero). PostgreSQL's append hashes this text; the walkers read it back.
+# created_at exactly as the hash covers it, written by PostgreSQL: Python's isoformat() of a UTC
+# datetime (no fraction when it is zero). The walk rebuilds this text from created_at's plain text
+# (audit.chain._stamp); tests hold the two to be the same.
 CREATED_TEXT_SQL = (
     "to_char({0} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS') || CASE WHEN extract(microseconds FROM {0})::bigint"
     " %% 1000000 = 0 THEN '' ELSE to_char({0} AT TIME ZONE 'UTC', '.US') END || '+00:00'"

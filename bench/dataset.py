@@ -1,17 +1,22 @@
 """Bulk data for the reviewer pages and audit_verify: pending calls and a valid audit hash chain.
 
 Pending calls are one INSERT … SELECT over generate_series. Audit events must chain
-(audit_verify walks them), so they are sealed here as the sequencer seals, with the
-product's own `content_digest` and `sealed_hash`, and COPYed in after the sealed head,
-holding the sealers' lock and the table. The triggers refuse an event inserted
+(audit_verify walks them), so they are sealed here as the sequencer seals: the
+SHA-256 of their canonical content (`content_digest`), chained (`sealed_hash`), and
+COPYed in after the sealed head, holding the sealers' lock and the table. Ten million
+of them are too many for `canonical_json`: their content, four fixed shapes, is
+written by string formatting into the very same text (bench/tests/test_dataset.py
+proves it against the product's functions). The triggers refuse an event inserted
 sealed: the bulk load switches that one trigger off for its own transaction (as the
-table's owner), as a restore of a dump would.
+table's owner), and a load that at least doubles the table builds the plain indexes
+after the rows, as a restore of a dump would.
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
+import hashlib
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -72,74 +77,92 @@ def _next_seed_number() -> int:
     return ToolCall.objects.filter(idempotency_key__startswith="bench-seed-").count() + 1
 
 
-def event_rows(head_seq: int, head_hash: str, head_time: datetime, count: int) -> Iterator[tuple[Any, ...]]:
-    """Yield `count` sealed events after the head: proposals, approvals, executions, like real traffic."""
-    from audit.canonical import canonical_json
-    from audit.hashing import content_digest, sealed_hash
-    from audit.models import Event
-
-    prev = head_hash
-    for offset in range(1, count + 1):
-        seq = head_seq + offset
-        created_at = head_time + timedelta(microseconds=offset)
-        call_id = uuid.UUID(int=seq)
-        action, actor, data = _event_content(seq)
-        content = Event.fields_to_hash(
-            seq, created_at, actor[0], actor[1], action, call_id, "support-agent", "emitir_estorno", data
-        )
-        del content["seq"]
-        digest = content_digest(content)
-        chained = sealed_hash(prev, seq, digest)
-        yield (seq, created_at, actor[0], actor[1], action, call_id, "support-agent", "emitir_estorno",
-               canonical_json(data), digest, prev, chained, created_at)  # fmt: skip
-        prev = chained
-
-
-def _event_content(seq: int) -> tuple[str, tuple[str, str], dict[str, Any]]:
-    """Return (action, actor, data) for event `seq`: a call's life in four events."""
-    step = seq % 4
-    if step == 0:
-        return "call.proposed", ("agent", "support-agent"), _proposed_data(seq)
-    if step == 1:
-        transition = {"from": ["pending_approval"], "to": "approved", "approvals": 1}
-        return "call.approved", ("reviewer", "alice"), transition
-    if step == 2:
-        return "call.executing", ("system", "gatehouse"), {"from": ["approved"], "to": "executing", "attempt": 1}
-    verified = {"confirmed": True, "detail": "Refund found in the ledger."}
-    return (
+# A bulk event's content (every hashed field but seq) in its canonical JSON (RFC 8785), by the event's step in a
+# call's life (seq % 4): the keys sorted, no spaces, and only ASCII strings without escapes, integers, true and null,
+# so string formatting writes exactly `canonical_json`'s text (bench/tests/test_dataset.py holds the dict forms
+# and proves it) at a fraction of its cost: ten million events are sealed here.
+PROPOSED_DATA = (
+    '{"arguments":{"motivo":"atraso_entrega","pedido_id":"PED-%08d","valor_centavos":%d},"arguments_hash":"%064x",'
+    '"call_index":null,"conversation_id":"","idempotency_key":"bench-%d",'
+    '"justification":"Customer waited three weeks.",'
+    '"risk_reasons":[{"description":"Refunds above R$ 200,00.","rule":"above-autonomy","tier":2}],"risk_tier":2,'
+    '"status":"pending_approval","step":null,"tool_version":1}'
+)
+# (action, actor_kind, actor_name, data or None for PROPOSED_DATA) by seq % 4.
+STEPS = (
+    ("call.proposed", "agent", "support-agent", None),
+    ("call.approved", "reviewer", "alice", '{"approvals":1,"from":["pending_approval"],"to":"approved"}'),
+    ("call.executing", "system", "gatehouse", '{"attempt":1,"from":["approved"],"to":"executing"}'),
+    (
         "call.succeeded",
-        ("system", "gatehouse"),
-        {"from": ["executing"], "to": "succeeded", "verification": verified},
-    )
+        "system",
+        "gatehouse",
+        '{"from":["executing"],"to":"succeeded",'
+        '"verification":{"confirmed":true,"detail":"Refund found in the ledger."}}',
+    ),
+)
+# The content, its keys in order, up to the call_id's text: by step; then call_id, created_at, data, tool_name.
+CONTENT_HEADS = tuple(
+    f'{{"action":"{action}","actor_kind":"{kind}","actor_name":"{name}","agent_name":"support-agent","call_id":"'
+    for action, kind, name, _ in STEPS
+)
+CONTENT_TAIL = ',"tool_name":"emitir_estorno"}'
+# call_id is uuid.UUID(int=seq): its text, for every seq below 16**12.
+CALL_ID = "00000000-0000-0000-0000-%012x"
+MAX_SEQ = 16**12 - 1
+# The columns of event_lines(), in order: the hashed fields, then the seal.
+EVENT_COLUMNS = (
+    "seq", "created_at", "actor_kind", "actor_name", "action", "call_id", "agent_name", "tool_name", "data",
+    "digest", "prev_hash", "hash", "sealed_at",
+)  # fmt: skip
 
 
-def _proposed_data(seq: int) -> dict[str, Any]:
-    amount = 20001 + (seq * 7919) % 600000
-    return {
-        "status": "pending_approval",
-        "risk_tier": 2,
-        "risk_reasons": [{"rule": "above-autonomy", "tier": 2, "description": "Refunds above R$ 200,00."}],
-        "tool_version": 1,
-        "arguments": {"pedido_id": f"PED-{seq % 10**8:08d}", "valor_centavos": amount, "motivo": "atraso_entrega"},
-        "arguments_hash": f"{seq:064x}",
-        "idempotency_key": f"bench-{seq}",
-        "conversation_id": "",
-        "step": None,
-        "call_index": None,
-        "justification": "Customer waited three weeks.",
-    }
+def event_data(seq: int) -> str:
+    """Return the canonical JSON of bulk event `seq`'s data."""
+    data = STEPS[seq % 4][3]
+    if data is not None:
+        return data
+    return PROPOSED_DATA % (seq % 10**8, 20001 + (seq * 7919) % 600000, seq, seq)
 
 
-def _copy_line(row: tuple[Any, ...]) -> str:
-    """Return one row in COPY's text format (\\N for NULL; backslash, tab and newlines escaped)."""
-    cells = []
-    for value in row:
-        if value is None:
-            cells.append("\\N")
-            continue
-        text = value.isoformat() if isinstance(value, datetime) else str(value)
-        cells.append(text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r"))
-    return "\t".join(cells) + "\n"
+def event_content(seq: int, created: str, call: str, data: str) -> str:
+    """Return the canonical JSON of bulk event `seq`'s content: what its digest covers (`content_digest`)."""
+    return f'{CONTENT_HEADS[seq % 4]}{call}","created_at":"{created}","data":{data}{CONTENT_TAIL}'
+
+
+def stamps(after: datetime, count: int) -> Iterator[str]:
+    """Yield the isoformat() text of `after` (UTC) plus 1, 2, … `count` microseconds, a second's prefix at a time."""
+    first = after.astimezone(UTC) + timedelta(microseconds=1)
+    second, micro = first.replace(microsecond=0), first.microsecond
+    while count > 0:
+        prefix = second.isoformat()[:-6]  # without "+00:00"
+        block = min(count, 1_000_000 - micro)
+        for us in range(micro, micro + block):
+            yield f"{prefix}.{us:06d}+00:00" if us else f"{prefix}+00:00"
+        count -= block
+        second, micro = second + timedelta(seconds=1), 0
+
+
+def event_lines(head_seq: int, head_hash: str, head_time: datetime, count: int) -> Iterator[str]:
+    """Yield `count` sealed events after the head as COPY text lines (EVENT_COLUMNS): a call's life in four events.
+
+    Each is stamped a microsecond after the one before and sealed as the sequencer
+    seals: the digest of its content, chained to the hash before it.
+    """
+    if head_seq + count > MAX_SEQ:
+        raise ValueError(f"bulk events stop at seq {MAX_SEQ:,}")
+    sha256, prev, seq = hashlib.sha256, head_hash, head_seq
+    for created in stamps(head_time, count):
+        seq += 1
+        action, kind, name, _ = STEPS[seq % 4]
+        call, data = CALL_ID % seq, event_data(seq)
+        digest = sha256(event_content(seq, created, call, data).encode()).hexdigest()
+        chained = sha256(f"{prev}\n{seq}\n{digest}".encode()).hexdigest()
+        yield (
+            f"{seq}\t{created}\t{kind}\t{name}\t{action}\t{call}\tsupport-agent\temitir_estorno\t{data}\t"
+            f"{digest}\t{prev}\t{chained}\t{created}\n"
+        )
+        prev = chained
 
 
 def event_count() -> int:
@@ -156,11 +179,8 @@ def top_up_events(total: int) -> int:
     from django.db import connection, transaction
 
     from audit import store
-    from audit.models import HASHED_FIELDS
     from audit.sequencer import seal_all
 
-    # The order event_rows() yields.
-    columns = ", ".join((*HASHED_FIELDS, "digest", "prev_hash", "hash", "sealed_at"))
     with transaction.atomic(), connection.cursor() as cursor:
         # The sealers' lock first, as every sealer takes it, then the table: no sealer chains
         # meanwhile, and no writer inserts, until this commits.
@@ -173,12 +193,44 @@ def top_up_events(total: int) -> int:
         if missing <= 0:
             return 0
         cursor.execute(f"ALTER TABLE audit_event DISABLE TRIGGER {INSERTED_UNSEALED}")
-        copy_rows(
-            cursor, f"COPY audit_event ({columns}) FROM STDIN", event_rows(head_seq, head_hash, head_time, missing)
-        )
+        lines = event_lines(head_seq, head_hash, head_time, missing)
+        with indexes_built_after(cursor, "audit_event", rebuild=missing >= REBUILD_RATIO * head_seq):
+            copy_lines(cursor, f"COPY audit_event ({', '.join(EVENT_COLUMNS)}) FROM STDIN", lines)
         cursor.execute(f"ALTER TABLE audit_event ENABLE TRIGGER {INSERTED_UNSEALED}")
     return missing
 
+
+# A load that adds this many times the events already there drops the plain indexes and builds them after.
+REBUILD_RATIO = 1
+
+# The table's indexes that back no constraint (its primary key and seq's uniqueness stay, and are checked row by row).
+PLAIN_INDEXES_SQL = """
+SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid) FROM pg_index i
+WHERE i.indrelid = %s::regclass AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid)
+"""
+
+
+@contextmanager
+def indexes_built_after(cursor: Any, table: str, rebuild: bool = True) -> Iterator[None]:
+    """Run the load inside with `table`'s plain indexes dropped, then build them again, as pg_restore does.
+
+    One sorted build per index instead of an insert into each for every row. Inside
+    the caller's transaction: if the load fails, the drops roll back with it.
+    """
+    if not rebuild:
+        yield
+        return
+    cursor.execute(PLAIN_INDEXES_SQL, [table])
+    indexes = cursor.fetchall()
+    for name, _ in indexes:
+        cursor.execute(f"DROP INDEX {name}")
+    yield
+    cursor.execute(f"SET LOCAL maintenance_work_mem = '{INDEX_BUILD_MEMORY}'")
+    for _, definition in indexes:
+        cursor.execute(definition)
+
+
+INDEX_BUILD_MEMORY = "512MB"
 
 # The trigger that refuses an event inserted sealed (audit/migrations/0006_seal_once_triggers.py).
 INSERTED_UNSEALED = "audit_event_inserted_unsealed"
@@ -192,12 +244,29 @@ def stamped_at(seq: int) -> datetime:
     return (stamped or datetime.now(UTC)).astimezone(UTC)
 
 
-def copy_rows(cursor: Any, statement: str, rows: Iterator[tuple[Any, ...]]) -> None:
-    """Send `rows` through one COPY … FROM STDIN, in batches of COPY_BATCH lines."""
+def _copy_line(row: tuple[Any, ...]) -> str:
+    """Return one row in COPY's text format (\\N for NULL; backslash, tab and newlines escaped)."""
+    cells = []
+    for value in row:
+        if value is None:
+            cells.append("\\N")
+            continue
+        text = value.isoformat() if isinstance(value, datetime) else str(value)
+        cells.append(text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r"))
+    return "\t".join(cells) + "\n"
+
+
+def copy_rows(cursor: Any, statement: str, rows: Iterable[tuple[Any, ...]]) -> None:
+    """Send `rows` through one COPY … FROM STDIN."""
+    copy_lines(cursor, statement, map(_copy_line, rows))
+
+
+def copy_lines(cursor: Any, statement: str, lines: Iterable[str]) -> None:
+    """Send COPY text `lines` through one COPY … FROM STDIN, COPY_BATCH lines a write."""
     with cursor.cursor.copy(statement) as copy:
         batch: list[str] = []
-        for row in rows:
-            batch.append(_copy_line(row))
+        for line in lines:
+            batch.append(line)
             if len(batch) >= COPY_BATCH:
                 copy.write("".join(batch))
                 batch.clear()

@@ -341,7 +341,8 @@ def pages_section(r: Results) -> list[str]:
         "in-process under `CaptureQueriesContext` (session, user and permission queries included). Bulk data: "
         "pending tier-2/3 "
         "refunds from one `INSERT … SELECT generate_series`, audit events `COPY`ed after the sealed head already "
-        "sealed, with the digest and hash the sequencer would give them; then `VACUUM ANALYZE`, as autovacuum would.",
+        "sealed, with the digest and hash the sequencer would give them (a load that at least doubles the table "
+        "builds its plain indexes after the rows, as a restore does); then `VACUUM ANALYZE`, as autovacuum would.",
         "",
         "| page | pending calls | audit events | p50 ms | p95 ms | queries |",
         "|---|---|---|---|---|---|",

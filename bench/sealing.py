@@ -9,8 +9,8 @@ time it was stamped, just before its INSERT, to the time its batch was sealed).
 
 from __future__ import annotations
 
+import hashlib
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -85,21 +85,14 @@ def delay(since: datetime, until: datetime) -> SealingDelay:
 
 def backlog_rows(count: int) -> Iterator[tuple[Any, ...]]:
     """Yield `count` unsealed events as a writer inserts them: content, stamp and digest, no chain values."""
-    from audit.canonical import canonical_json
-    from audit.hashing import content_digest
-    from audit.models import Event
-    from bench.dataset import _event_content
+    from bench.dataset import CALL_ID, STEPS, event_content, event_data
 
-    now = datetime.now(UTC)
+    created = datetime.now(UTC).isoformat()
     for n in range(count):
-        action, actor, data = _event_content(n)
-        call_id = uuid.UUID(int=n)
-        content = Event.fields_to_hash(
-            n, now, actor[0], actor[1], action, call_id, "support-agent", "emitir_estorno", data
-        )
-        del content["seq"]
-        yield (now, actor[0], actor[1], action, call_id, "support-agent", "emitir_estorno", canonical_json(data),
-               content_digest(content))  # fmt: skip
+        action, kind, name, _ = STEPS[n % 4]
+        call, data = CALL_ID % n, event_data(n)
+        digest = hashlib.sha256(event_content(n, created, call, data).encode()).hexdigest()
+        yield (created, kind, name, action, call, "support-agent", "emitir_estorno", data, digest)
 
 
 def insert_backlog(count: int) -> None:

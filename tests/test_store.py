@@ -99,8 +99,27 @@ def test_the_postgresql_store_reads_once_then_sends_insert_budget_and_append_tog
     with CaptureQueriesContext(connection) as queries:
         assert support.propose(refund(30000, idempotency_key="one-message")).status_code == 202
     statements = [q["sql"].split()[0].upper() for q in queries.captured_queries]
-    # The agent and grant read; then one message: BEGIN, INSERT the call, upsert the budget, INSERT the event, COMMIT.
-    assert statements == ["SELECT", "BEGIN", "INSERT", "INSERT", "INSERT", "COMMIT"]
+    # The agent and grant read; then one message: BEGIN, INSERT the call and upsert the budget (one statement,
+    # WITH …), INSERT the event, COMMIT.
+    assert statements == ["SELECT", "BEGIN", "WITH", "INSERT", "COMMIT"]
+    assert "agents_budgetcounter" in queries.captured_queries[2]["sql"]
     assert not any("advisory" in query["sql"] for query in queries.captured_queries)  # no writer waits on a lock
     assert "token_hash" in queries.captured_queries[0]["sql"]
     assert "agents_grant" in queries.captured_queries[0]["sql"]
+
+
+def test_a_spent_out_conversation_budget_fails_the_one_statement_and_spends_nothing_from_the_window(
+    support: AgentApi,
+) -> None:
+    Agent.objects.update(max_calls_per_conversation=1)
+    assert support.propose(refund(30000, conversation_id="c-one", step=0, call_index=0)).status_code == 202
+    window_used = BudgetCounter.objects.get(scope=BudgetScope.WINDOW).used
+    refused = support.propose(refund(30000, conversation_id="c-one", step=1, call_index=0))
+    assert refused.status_code == 429
+    assert refused.json()["scope"] == "conversation"
+    # The window's upsert ran before the conversation's failed: rolled back with it, as is the call's INSERT.
+    assert BudgetCounter.objects.get(scope=BudgetScope.WINDOW).used == window_used
+    assert BudgetCounter.objects.get(scope=BudgetScope.CONVERSATION).used == 1
+    assert ToolCall.objects.filter(conversation_id="c-one").count() == 1
+    seal_all()
+    assert first_break() is None

@@ -10,6 +10,7 @@ import uuid
 from dataclasses import dataclass
 
 from django.contrib.auth.models import User
+from django.db import connection
 from django.db.models import Exists, OuterRef, Q
 from django.http import HttpResponse
 from django.shortcuts import render
@@ -195,6 +196,15 @@ def resource_of(call: ToolCall) -> tuple[str, JSONValue] | None:
     return name, call.arguments[name]
 
 
+def by_index(argument: str, value: JSONValue) -> Q:
+    """Return a condition every call whose `argument` equals `value` meets, that an index can answer.
+
+    Equal values contain each other: on PostgreSQL containment finds the candidates through
+    toolcall_arguments_contain and the equality kept beside it decides. SQLite has no containment.
+    """
+    return Q(arguments__contains={argument: value}) if connection.features.supports_json_field_contains else Q()
+
+
 def resource_history(call: ToolCall) -> list[RelatedCall]:
     """Return the latest other calls, of any tool, on the same resource (same value of its resource argument)."""
     resource = resource_of(call)
@@ -203,7 +213,7 @@ def resource_history(call: ToolCall) -> list[RelatedCall]:
     # A refund's pedido_id and an order lookup's order_id name the same order: match each tool's own argument.
     same_resource = Q()
     for tool_id, argument in Tool.objects.exclude(resource_argument="").values_list("id", "resource_argument"):
-        same_resource |= Q(tool_id=tool_id, **{f"arguments__{argument}": resource[1]})
+        same_resource |= Q(by_index(argument, resource[1]), tool_id=tool_id, **{f"arguments__{argument}": resource[1]})
     calls = ToolCall.objects.filter(same_resource).exclude(pk=call.pk).select_related("agent", "tool")
     return related_rows(list(calls.defer(*CONTEXT_DEFERRED).order_by("-created_at")[:HISTORY_LIMIT]))
 
