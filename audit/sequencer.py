@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from audit import store
 from audit.hashing import sealed_hash
-from audit.store import Seals
+from audit.store import Seal
 
 log = logging.getLogger(__name__)
 
@@ -51,26 +51,17 @@ def seal(limit: int = BATCH) -> int:
     with transaction.atomic():
         store.lock_sealing()
         head_seq, head_hash = store.sealed_head()
-        seals = chained(store.unsealed(limit), head_seq, head_hash)
+        seals = []
+        for event_id, digest in store.unsealed(limit):
+            if digest is None:
+                raise ValueError(f"audit event id {event_id} has no digest: it was not inserted by audit.store")
+            head_seq, prev_hash = head_seq + 1, head_hash
+            head_hash = sealed_hash(prev_hash, head_seq, digest)
+            seals.append(Seal(event_id, head_seq, prev_hash, head_hash))
         written = store.write_seals(seals, timezone.now())
         if written != len(seals):
             raise SealRaced(f"sealed {written} of {len(seals)} events: another sealer took the others")
     return len(seals)
-
-
-def chained(events: list[tuple[int, str | None]], head_seq: int, head_hash: str) -> Seals:
-    """Return the seals that chain `events` (id, digest), in their order, after the head (`head_seq`, `head_hash`)."""
-    seals = Seals()
-    for event_id, digest in events:
-        if digest is None:
-            raise ValueError(f"audit event id {event_id} has no digest: it was not inserted by audit.store")
-        head_seq += 1
-        seals.ids.append(event_id)
-        seals.seqs.append(head_seq)
-        seals.prev_hashes.append(head_hash)
-        head_hash = sealed_hash(head_hash, head_seq, digest)
-        seals.hashes.append(head_hash)
-    return seals
 
 
 def seal_all(batch: int = BATCH, stop: threading.Event | None = None) -> int:

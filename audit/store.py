@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 import psycopg
@@ -36,13 +36,9 @@ SEAL_LOCK_KEY = 0x6761746573
 LEADER_LOCK_KEY = 0x676174656C
 SEALING_COLUMNS = ("seq", "prev_hash", "hash", "sealed_at")
 
-# The batch's four columns travel as four space-separated texts, split back into arrays
-# by the server: psycopg quotes an array element by element in Python, which costs more
-# than the UPDATE's own work. Ids, seqs and hex hashes hold no space (`_joined` checks).
 _SEAL_SQL = """
 UPDATE audit_event AS e SET seq = u.seq, prev_hash = u.prev_hash, hash = u.hash, sealed_at = %s
-FROM unnest(string_to_array(%s, ' ')::bigint[], string_to_array(%s, ' ')::bigint[],
-            string_to_array(%s, ' ')::varchar[], string_to_array(%s, ' ')::varchar[]) AS u(id, seq, prev_hash, hash)
+FROM unnest(%s::bigint[], %s::bigint[], %s::varchar[], %s::varchar[]) AS u(id, seq, prev_hash, hash)
 WHERE e.id = u.id AND e.seq IS NULL
 """
 
@@ -99,38 +95,21 @@ def inserted(event: Event, row: Sequence[SQLValue]) -> None:
 # ------------------------------------------------------------------ sealing
 
 
-@dataclass
-class Seals:
-    """A batch of events' places in the chain, about to be written: one list per sealing column, by event."""
+@dataclass(frozen=True)
+class Seal:
+    """An event's place in the chain, about to be written."""
 
-    ids: list[int] = field(default_factory=list)
-    seqs: list[int] = field(default_factory=list)
-    prev_hashes: list[str] = field(default_factory=list)
-    hashes: list[str] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-
-# The sealer's plans, for its own transaction only. A backlog is sealed right after it is
-# committed, before autovacuum has counted it: the planner then takes the unsealed events
-# for a few hundred rows, and for each batch reads all of them to sort or hash-join. An
-# index scan (the partial index for the read, the primary key for the UPDATE) touches
-# only the batch, whatever the statistics say.
-_LOCK_SQL = """
-SELECT pg_advisory_xact_lock(%s), set_config('enable_bitmapscan', 'off', true),
-       set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)
-"""
+    id: int
+    seq: int
+    prev_hash: str
+    hash: str
 
 
 def lock_sealing() -> None:
-    """Hold the sealers' lock until this transaction ends (PostgreSQL; SQLite's IMMEDIATE transaction already does).
-
-    On PostgreSQL, also plan this transaction's reads and writes by index (`_LOCK_SQL`).
-    """
+    """Hold the sealers' lock until this transaction ends (PostgreSQL; SQLite's IMMEDIATE transaction already does)."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute(_LOCK_SQL, [SEAL_LOCK_KEY])
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [SEAL_LOCK_KEY])
 
 
 def sealed_head() -> tuple[int, str]:
@@ -156,24 +135,16 @@ def unsealed_count() -> int:
     return Event.objects.filter(seq__isnull=True).count()
 
 
-def write_seals(seals: Seals, sealed_at: datetime) -> int:
+def write_seals(seals: list[Seal], sealed_at: datetime) -> int:
     """Write `seals` in one statement, to events still unsealed only; return how many were sealed."""
     if not seals:
         return 0
     if not postgresql_statements():
         return _write_seals_portably(seals, sealed_at)
-    columns = [_joined(values) for values in (seals.ids, seals.seqs, seals.prev_hashes, seals.hashes)]
+    arrays = [[getattr(seal, name) for seal in seals] for name in ("id", "seq", "prev_hash", "hash")]
     with connection.cursor() as cursor:
-        cursor.execute(_SEAL_SQL, [sealed_at, *columns])
+        cursor.execute(_SEAL_SQL, [sealed_at, *arrays])
         return int(cursor.rowcount)
-
-
-def _joined(values: list[int] | list[str]) -> str:
-    """Return `values` separated by spaces, for `_SEAL_SQL` to split; refuse a value that holds a space itself."""
-    text = " ".join(map(str, values))
-    if text.count(" ") != len(values) - 1:
-        raise ValueError("a sealing value holds a space: the batch's columns would not line up")
-    return text
 
 
 # Events per UPDATE of the portable twin: bulk_update binds about nine parameters an event,
@@ -181,12 +152,10 @@ def _joined(values: list[int] | list[str]) -> str:
 PORTABLE_SEALS_PER_STATEMENT = 1_000
 
 
-def _write_seals_portably(seals: Seals, sealed_at: datetime) -> int:
+def _write_seals_portably(seals: list[Seal], sealed_at: datetime) -> int:
     """The portable twin: bulk_update filtered to unsealed events, in statements the database can bind."""
-    columns = zip(seals.ids, seals.seqs, seals.prev_hashes, seals.hashes, strict=True)
     events = [
-        Event(pk=pk, seq=seq, prev_hash=prev_hash, hash=hash_, sealed_at=sealed_at)
-        for pk, seq, prev_hash, hash_ in columns
+        Event(pk=seal.id, seq=seal.seq, prev_hash=seal.prev_hash, hash=seal.hash, sealed_at=sealed_at) for seal in seals
     ]
     unsealed_only = Event.objects.filter(seq__isnull=True)
     return unsealed_only.bulk_update(events, list(SEALING_COLUMNS), batch_size=PORTABLE_SEALS_PER_STATEMENT)

@@ -17,12 +17,11 @@ import pytest
 from django.core.management import call_command
 from django.db import DatabaseError, connection, transaction
 from django.db.models import Max, Min
-from django.utils import timezone
 
 from audit import store
 from audit.chain import first_break, new_event, record_alone
 from audit.models import ActorKind, Event
-from audit.sequencer import chained, seal, seal_all
+from audit.sequencer import seal, seal_all
 from tests.browser import page_text
 from tests.conftest import as_database_owner
 from tests.processes import Sequencer, wait_until
@@ -262,43 +261,3 @@ def test_events_written_while_a_sequencer_runs_are_sealed_within_one_second(
     delays = [sealed - created for created, sealed in Event.objects.values_list("created_at", "sealed_at")]
     assert max(delays) < timedelta(seconds=1), max(delays)
     assert_chain_whole(240)
-
-
-@pytest.mark.django_db
-def test_the_sealer_reads_and_writes_a_batch_by_index_even_when_the_statistics_say_the_backlog_is_small() -> None:
-    """Right after a backlog commits the planner's statistics still count the table as it was:
-    the sealer's transaction plans by index anyway, so a batch touches only its own events."""
-    backlog(3_000)  # enough for a bitmap scan and a sort when the planner thinks a few rows wait
-    with transaction.atomic():
-        store.lock_sealing()
-        with connection.cursor() as cursor:
-            read = str(Event.objects.filter(seq__isnull=True).order_by("id").values_list("id", "digest")[:100].query)
-            cursor.execute(f"EXPLAIN {read}")
-            read_plan = "\n".join(row[0] for row in cursor.fetchall())
-            cursor.execute("EXPLAIN " + store._SEAL_SQL, [timezone.now(), "1 2", "1 2", "a b", "c d"])
-            write_plan = "\n".join(row[0] for row in cursor.fetchall())
-
-    assert "Index Scan using audit_event_unsealed" in read_plan and "Sort" not in read_plan
-    assert "Nested Loop" in write_plan and "Hash" not in write_plan and "Bitmap" not in write_plan
-
-
-def test_a_sealing_value_holding_a_space_is_refused_before_it_could_shift_a_column() -> None:
-    assert store._joined([1, 22, 333]) == "1 22 333"
-    with pytest.raises(ValueError, match="would not line up"):
-        store._joined(["a" * 64, "b c"])
-
-
-@pytest.mark.django_db
-def test_a_batch_is_chained_from_the_head_in_id_order_and_verifies() -> None:
-    write(3)
-    assert seal() == 3
-    head_seq, head_hash = store.sealed_head()
-    write(2)
-    waiting = store.unsealed(10)
-
-    seals = chained(waiting, head_seq, head_hash)
-
-    assert seals.ids == [event_id for event_id, _ in waiting] and seals.seqs == [4, 5]
-    assert seals.prev_hashes == [head_hash, seals.hashes[0]]
-    assert seal() == 2 and store.sealed_head() == (5, seals.hashes[1])
-    assert first_break() is None
