@@ -36,10 +36,13 @@ SEAL_LOCK_KEY = 0x6761746573
 LEADER_LOCK_KEY = 0x676174656C
 SEALING_COLUMNS = ("seq", "prev_hash", "hash", "sealed_at")
 
+# The id range bounds the events side of the join by the batch, whatever the planner believes: its
+# statistics, taken while few events waited, can say "one unsealed event" when a whole backlog waits,
+# and it would then hash every unsealed event for every batch (a backlog sealed in quadratic time).
 _SEAL_SQL = """
 UPDATE audit_event AS e SET seq = u.seq, prev_hash = u.prev_hash, hash = u.hash, sealed_at = %s
 FROM unnest(%s::bigint[], %s::bigint[], %s::varchar[], %s::varchar[]) AS u(id, seq, prev_hash, hash)
-WHERE e.id = u.id AND e.seq IS NULL
+WHERE e.id = u.id AND e.seq IS NULL AND e.id BETWEEN %s AND %s
 """
 
 
@@ -142,8 +145,9 @@ def write_seals(seals: list[Seal], sealed_at: datetime) -> int:
     if not postgresql_statements():
         return _write_seals_portably(seals, sealed_at)
     arrays = [[getattr(seal, name) for seal in seals] for name in ("id", "seq", "prev_hash", "hash")]
+    first, last = min(arrays[0]), max(arrays[0])
     with connection.cursor() as cursor:
-        cursor.execute(_SEAL_SQL, [sealed_at, *arrays])
+        cursor.execute(_SEAL_SQL, [sealed_at, *arrays, first, last])
         return int(cursor.rowcount)
 
 

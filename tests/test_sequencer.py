@@ -113,6 +113,31 @@ def test_the_portable_twin_seals_a_full_batch_on_postgresql_too(settings: Any) -
     assert first_break() is None
 
 
+def unsealed_index_reads() -> int:
+    """Return how many entries of the unsealed-events index this transaction has read so far."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_get_xact_tuples_returned('audit_event_unsealed'::regclass)")
+        return int(cursor.fetchone()[0])
+
+
+@pytest.mark.django_db
+def test_a_backlog_the_planner_statistics_do_not_know_of_is_sealed_reading_only_each_batch() -> None:
+    """After an outage of the sequencer: statistics taken while nothing waited must not make each batch read them all."""
+    write(10)
+    seal_all()
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE audit_event")  # "no event waits", as autovacuum last saw the table
+    with transaction.atomic():
+        for n in range(3_000):
+            store.append(new_event("test.backlog", actor=ACTOR, data={"n": n}))
+
+    before = unsealed_index_reads()
+    assert seal(limit=100) == 100
+    # The batch's read plus its UPDATE: each touches the batch's 100 entries, not the 3,000 waiting.
+    assert unsealed_index_reads() - before <= 2 * 100 + 10
+    assert seal_all(batch=1_000) == 2_900 and first_break() is None
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_late_commit_is_sealed_after_the_events_committed_before_it() -> None:
     """An event whose transaction took a lower id but committed later gets a later seq (routing follows seq)."""
