@@ -19,7 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agents.models import Agent, Grant
-from approvals import lifecycle, sensitive
+from approvals import lifecycle, sensitive, tally
 from approvals.errors import ApiError
 from approvals.messages import Sent, enqueue
 from approvals.models import ToolCall
@@ -272,6 +272,7 @@ def sweep(now: datetime | None = None) -> dict[str, int]:
         "expired": expire_pending(now),
         "leases_released": release_expired_leases(now),
         "requeued": requeue_unclaimed(now),
+        "tally_rows_folded": tally.fold(),
     }
 
 

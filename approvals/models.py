@@ -95,6 +95,13 @@ class ToolCall(models.Model):
                 | models.Q(status__in=[Status.REJECTED, Status.EXPIRED]),
                 name="toolcall_review_outcome",
             ),
+            # The pending calls whose window has passed: the sweeper expires them, and the overview
+            # subtracts them from the tally's pending calls, without walking the pending backlog.
+            models.Index(
+                fields=["expires_at"],
+                condition=models.Q(status=Status.PENDING_APPROVAL),
+                name="toolcall_pending_expiry",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -223,3 +230,23 @@ class StandingApprover(models.Model):
 
     def __str__(self) -> str:
         return f"{self.reviewer_name} approved {self.standing_id}"
+
+
+class CallTally(models.Model):
+    """How many calls proposed on `day` (UTC) are in `status`: one row per change, summed by whoever reads.
+
+    Written by the database's triggers on approvals_toolcall (migration 0011), never by
+    Gatehouse's code: +1 for a call's new (day, status), −1 for the one it left, whatever
+    the statement. Writers only insert, so no counter row is contended on the hot path;
+    `approvals.tally.fold` sums the rows of each (day, status) into one now and then.
+    """
+
+    day = models.DateField()
+    status = models.CharField(max_length=24, choices=Status.choices)
+    calls = models.BigIntegerField()
+
+    class Meta:
+        indexes = [models.Index(fields=["day", "status"], name="calltally_day_status")]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.status}: {self.calls:+d}"

@@ -122,7 +122,7 @@ def unsealed_index_reads() -> int:
 
 @pytest.mark.django_db
 def test_a_backlog_the_planner_statistics_do_not_know_of_is_sealed_reading_only_each_batch() -> None:
-    """After an outage of the sequencer: statistics taken while nothing waited must not make each batch read them all."""
+    """After an outage of the sequencer: statistics taken while none waited must not make a batch read all."""
     write(10)
     seal_all()
     with connection.cursor() as cursor:
@@ -131,11 +131,14 @@ def test_a_backlog_the_planner_statistics_do_not_know_of_is_sealed_reading_only_
         for n in range(3_000):
             store.append(new_event("test.backlog", actor=ACTOR, data={"n": n}))
 
+    # The first batch's read also steps over the index entries of other tests' rolled-back events (once).
+    assert seal(limit=100) == 100
     before = unsealed_index_reads()
     assert seal(limit=100) == 100
-    # The batch's read plus its UPDATE: each touches the batch's 100 entries, not the 3,000 waiting.
-    assert unsealed_index_reads() - before <= 2 * 100 + 10
-    assert seal_all(batch=1_000) == 2_900 and first_break() is None
+    # The batch's read (stepping over the first batch's entries too: their old versions are this test
+    # transaction's own) and its UPDATE touch a few hundred entries, not every one of the 2,900 waiting.
+    assert unsealed_index_reads() - before <= 3 * 100 + 10
+    assert seal_all(batch=1_000) == 2_800 and first_break() is None
 
 
 @pytest.mark.django_db(transaction=True)

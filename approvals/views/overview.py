@@ -3,7 +3,7 @@
 Every figure is a query over a bounded window (medians over the most recent
 MEDIAN_SAMPLE decisions in it), so the page costs the same whatever the history.
 The decisions' figures read the index toolcall_review_outcome, never the pending
-backlog; "pending now" and the calls by state still count every call they name.
+backlog; "pending now" and the calls by state sum the calls' tally (approvals.tally).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from agents.breakers import reset
 from agents.models import CircuitBreaker
+from approvals import tally
 from approvals.models import ToolCall
 from approvals.states import Status
 from approvals.views.access import reviewer_required
@@ -128,11 +129,10 @@ def outcome_counts(since: datetime) -> list[dict[str, DjangoValue]]:
     )
 
 
-def status_counts(since: datetime) -> list[tuple[str, str, int]]:
-    """Return (status, label, how many calls proposed since `since` are in it), for every state."""
-    rows = ToolCall.objects.filter(created_at__gte=since).values_list("status").annotate(n=Count("id"))
-    counts = dict(rows.order_by())
-    return [(value, label, counts.get(value, 0)) for value, label in Status.choices]
+def status_counts(first_day: date) -> list[tuple[str, str, int]]:
+    """Return (status, label, how many calls proposed on `first_day` or later are in it), for every state."""
+    counts = tally.calls_by_status(since=first_day)
+    return [(value, label, counts[value]) for value, label in Status.choices]
 
 
 @require_GET
@@ -151,7 +151,7 @@ def overview(request: ConsoleRequest) -> HttpResponse:
         "per_tool": per_tool,
         "wait_by_tier": wait_rows(medians_by(sample, "risk_tier")),
         "wait_by_day": daily_wait_rows(sample, timezone.localdate()),
-        "statuses": status_counts(since),
+        "statuses": status_counts(timezone.localdate() - timedelta(days=WINDOW.days - 1)),
         "replays": Event.objects.filter(action=REPLAYED_ACTION, created_at__gte=since).count(),
         "breakers": list(
             CircuitBreaker.objects.filter(opened_at__isnull=False).select_related("agent", "tool").order_by("opened_at")

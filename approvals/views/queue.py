@@ -19,6 +19,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
+from approvals import tally
 from approvals.approvers import queue_refusals, tier_groups
 from approvals.models import Decision, ToolCall
 from approvals.states import DecisionKind, Status
@@ -51,8 +52,13 @@ def pending_calls() -> QuerySet[ToolCall]:
 
 
 def pending_count() -> int:
-    """Return exactly how many calls wait for a reviewer."""
-    return pending_calls().count()
+    """Return exactly how many calls wait for a reviewer, without counting the backlog row by row.
+
+    The tally's pending calls, less those whose window has passed and that the sweeper
+    has not expired yet (a few: found through their own partial index).
+    """
+    overdue = ToolCall.objects.filter(status=Status.PENDING_APPROVAL, expires_at__lte=timezone.now())
+    return tally.calls_by_status()[Status.PENDING_APPROVAL] - overdue.count()
 
 
 def capped_count(calls: QuerySet[ToolCall]) -> int:

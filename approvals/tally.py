@@ -1,0 +1,57 @@
+"""Reading and folding the calls' tally (approvals.models.CallTally), written by the database's triggers.
+
+A tally row is one change: the sum of a (day, status)'s rows is how many calls
+proposed that day are in that status now. Reading sums at most a few rows a day plus
+the changes since the last fold; `fold` keeps that so by summing each (day, status)'s
+rows into one. Folding preserves every sum whatever runs beside it: it deletes only
+the rows it read (locked), and changes committed meanwhile stay to be folded next time.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import date
+
+from django.db import transaction
+from django.db.models import Max, Sum
+
+from approvals.models import CallTally
+
+# Rows folded in one transaction: a tally left unfolded for long (beat stopped) is folded in
+# several, none of which holds many locks or much memory.
+FOLD_BATCH = 10_000
+
+
+def calls_by_status(since: date | None = None) -> Counter[str]:
+    """Return how many calls proposed on `since` (UTC) or later, or ever, are in each status."""
+    rows = CallTally.objects.all() if since is None else CallTally.objects.filter(day__gte=since)
+    sums = rows.values_list("status").annotate(calls=Sum("calls")).order_by()
+    return Counter({status: calls for status, calls in sums if calls})
+
+
+def fold(limit: int = FOLD_BATCH) -> int:
+    """Sum each (day, status)'s rows into one, `limit` rows a transaction; return how many rows the tally has fewer."""
+    last = CallTally.objects.aggregate(last=Max("id"))["last"] or 0  # rows written from here on wait for the next fold
+    fewer, after = 0, 0
+    while after < last:
+        with transaction.atomic():
+            batch = CallTally.objects.select_for_update().filter(id__gt=after, id__lte=last).order_by("id")[:limit]
+            rows = list(batch.values_list("id", "day", "status", "calls"))
+            if not rows:
+                break
+            fewer += _fold_rows(rows)
+        after = rows[-1][0]
+    return fewer
+
+
+def _fold_rows(rows: list[tuple[int, date, str, int]]) -> int:
+    """Replace `rows` by one row per (day, status) with their sum (none where it is 0); return how many fewer."""
+    sums: Counter[tuple[date, str]] = Counter()
+    for _, day, status, calls in rows:
+        sums[day, status] += calls
+    kept = [CallTally(day=day, status=status, calls=calls) for (day, status), calls in sums.items() if calls]
+    if len(kept) == len(rows):
+        return 0
+    CallTally.objects.filter(id__in=[row[0] for row in rows]).delete()
+    CallTally.objects.bulk_create(kept)
+    return len(rows) - len(kept)
