@@ -36,6 +36,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from agents import redisclient
+from approvals import tally
 from approvals.models import ToolCall
 from approvals.states import Status
 from audit.models import Event
@@ -66,16 +67,11 @@ class GatehouseCollector(Collector):
 
 
 def pending_calls() -> GaugeMetricFamily:
-    """Return the calls waiting for a reviewer, by risk tier."""
+    """Return the calls waiting for a reviewer, by risk tier (from the calls' tally: no count of the backlog)."""
     gauge = GaugeMetricFamily("gatehouse_calls_pending", "Calls waiting for a reviewer's decision.", labels=["tier"])
-    rows = (
-        ToolCall.objects.filter(status=Status.PENDING_APPROVAL)
-        .values_list("risk_tier")
-        .annotate(n=Count("pk"))
-        .order_by("risk_tier")
-    )
-    for tier, count in rows:
-        gauge.add_metric([str(tier)], count)
+    by_tier = tally.calls_by_tier(Status.PENDING_APPROVAL)
+    for tier in sorted(by_tier, key=lambda tier: (tier is None, tier)):
+        gauge.add_metric([str(tier)], by_tier[tier])
     return gauge
 
 

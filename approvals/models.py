@@ -233,20 +233,21 @@ class StandingApprover(models.Model):
 
 
 class CallTally(models.Model):
-    """How many calls proposed on `day` (UTC) are in `status`: one row per change, summed by whoever reads.
+    """How many calls proposed on `day` (UTC) are in `status` at `risk_tier`: one row per change, summed when read.
 
     Written by the database's triggers on approvals_toolcall (migration 0011), never by
-    Gatehouse's code: +1 for a call's new (day, status), −1 for the one it left, whatever
-    the statement. Writers only insert, so no counter row is contended on the hot path;
-    `approvals.tally.fold` sums the rows of each (day, status) into one now and then.
+    Gatehouse's code: +1 for a call's new (day, status, tier), −1 for the one it left,
+    whatever the statement. Writers only insert, so no counter row is contended on the
+    hot path; `approvals.tally.fold` sums the rows of each key into one now and then.
     """
 
     day = models.DateField()
     status = models.CharField(max_length=24, choices=Status.choices)
+    risk_tier = models.SmallIntegerField(null=True)
     calls = models.BigIntegerField()
 
     class Meta:
         indexes = [models.Index(fields=["day", "status"], name="calltally_day_status")]
 
     def __str__(self) -> str:
-        return f"{self.day} {self.status}: {self.calls:+d}"
+        return f"{self.day} {self.status} T{self.risk_tier}: {self.calls:+d}"

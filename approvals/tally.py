@@ -1,10 +1,10 @@
 """Reading and folding the calls' tally (approvals.models.CallTally), written by the database's triggers.
 
-A tally row is one change: the sum of a (day, status)'s rows is how many calls
-proposed that day are in that status now. Reading sums at most a few rows a day plus
-the changes since the last fold; `fold` keeps that so by summing each (day, status)'s
-rows into one. Folding preserves every sum whatever runs beside it: it deletes only
-the rows it read (locked), and changes committed meanwhile stay to be folded next time.
+A tally row is one change: the sum of a (day, status, tier)'s rows is how many calls
+proposed that day are in that status at that tier now. Reading sums a few rows a day
+plus the changes since the last fold; `fold` keeps that so by summing each key's rows
+into one. Folding preserves every sum whatever runs beside it: it deletes only the rows
+it read (locked), and changes committed meanwhile stay to be folded next time.
 """
 
 from __future__ import annotations
@@ -29,14 +29,20 @@ def calls_by_status(since: date | None = None) -> Counter[str]:
     return Counter({status: calls for status, calls in sums if calls})
 
 
+def calls_by_tier(status: str) -> Counter[int | None]:
+    """Return how many calls are in `status`, by risk tier (None: a call refused before it was judged)."""
+    sums = CallTally.objects.filter(status=status).values_list("risk_tier").annotate(calls=Sum("calls")).order_by()
+    return Counter({tier: calls for tier, calls in sums if calls})
+
+
 def fold(limit: int = FOLD_BATCH) -> int:
-    """Sum each (day, status)'s rows into one, `limit` rows a transaction; return how many rows the tally has fewer."""
+    """Sum each key's rows into one, `limit` rows a transaction; return how many rows the tally has fewer."""
     last = CallTally.objects.aggregate(last=Max("id"))["last"] or 0  # rows written from here on wait for the next fold
     fewer, after = 0, 0
     while after < last:
         with transaction.atomic():
             batch = CallTally.objects.select_for_update().filter(id__gt=after, id__lte=last).order_by("id")[:limit]
-            rows = list(batch.values_list("id", "day", "status", "calls"))
+            rows = list(batch.values_list("id", "day", "status", "risk_tier", "calls"))
             if not rows:
                 break
             fewer += _fold_rows(rows)
@@ -44,12 +50,15 @@ def fold(limit: int = FOLD_BATCH) -> int:
     return fewer
 
 
-def _fold_rows(rows: list[tuple[int, date, str, int]]) -> int:
-    """Replace `rows` by one row per (day, status) with their sum (none where it is 0); return how many fewer."""
-    sums: Counter[tuple[date, str]] = Counter()
-    for _, day, status, calls in rows:
-        sums[day, status] += calls
-    kept = [CallTally(day=day, status=status, calls=calls) for (day, status), calls in sums.items() if calls]
+Key = tuple[date, str, int | None]
+
+
+def _fold_rows(rows: list[tuple[int, date, str, int | None, int]]) -> int:
+    """Replace `rows` by one row per key with their sum (none where it is 0); return how many fewer."""
+    sums: Counter[Key] = Counter()
+    for _, day, status, tier, calls in rows:
+        sums[day, status, tier] += calls
+    kept = [CallTally(day=day, status=status, risk_tier=tier, calls=n) for (day, status, tier), n in sums.items() if n]
     if len(kept) == len(rows):
         return 0
     CallTally.objects.filter(id__in=[row[0] for row in rows]).delete()

@@ -31,9 +31,15 @@ def test_the_tally_follows_calls_proposed_moved_backdated_and_deleted(support: A
     ToolCall.objects.filter(pk=calls[0].pk).update(status=Status.REJECTED)
     ToolCall.objects.filter(pk__in=[calls[1].pk, calls[2].pk]).update(status=Status.APPROVED, decided_at=timezone.now())
     ToolCall.objects.filter(pk=calls[3].pk).update(expires_at=timezone.now())  # no change of state: no tally row
+    ToolCall.objects.filter(pk=calls[3].pk).update(risk_tier=3)  # re-judged under a stricter policy
     forty_days_ago = timezone.now() - timedelta(days=40)
     ToolCall.objects.filter(pk=calls[4].pk).update(created_at=forty_days_ago)
     assert tally.calls_by_status() == live_counts()
+
+    assert tally.calls_by_tier(Status.PENDING_APPROVAL) == Counter(
+        ToolCall.objects.filter(status=Status.PENDING_APPROVAL).values_list("risk_tier", flat=True)
+    )
+    assert tally.calls_by_tier(Status.PENDING_APPROVAL)[3] == 1
 
     recent = timezone.localdate() - timedelta(days=29)
     assert tally.calls_by_status(since=recent) == live_counts(created_at__date__gte=recent)

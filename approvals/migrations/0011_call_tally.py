@@ -1,10 +1,10 @@
-"""Tally the calls by the day they were proposed and their status, from triggers, for the overview.
+"""Tally the calls by the day they were proposed, their status and tier, from triggers, for the overview.
 
 Counting a million pending calls, or every call of the last 30 days, takes the overview
 past its time; summing a few rows per day does not. The triggers fire for every
 statement that inserts, deletes or moves calls (the ORM's, the store's own SQL, an
 operator's), so the tally cannot drift from the table: each appends −1 for the
-(day, status) a call left and +1 for the one it entered, and writers never update a
+(day, status, tier) a call left and +1 for the one it entered, and writers never update a
 shared row. The existing calls are tallied in the same transaction as the triggers.
 
 PostgreSQL tallies per statement, from its transition tables (a bulk load is one INSERT
@@ -19,22 +19,22 @@ POSTGRESQL = """
 CREATE FUNCTION approvals_tally_calls() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
-        INSERT INTO approvals_calltally (day, status, calls)
-        SELECT (created_at AT TIME ZONE 'UTC')::date, status, count(*) FROM new_calls GROUP BY 1, 2;
+        INSERT INTO approvals_calltally (day, status, risk_tier, calls)
+        SELECT (created_at AT TIME ZONE 'UTC')::date, status, risk_tier, count(*) FROM new_calls GROUP BY 1, 2, 3;
     ELSIF TG_OP = 'DELETE' THEN
-        INSERT INTO approvals_calltally (day, status, calls)
-        SELECT (created_at AT TIME ZONE 'UTC')::date, status, -count(*) FROM old_calls GROUP BY 1, 2;
+        INSERT INTO approvals_calltally (day, status, risk_tier, calls)
+        SELECT (created_at AT TIME ZONE 'UTC')::date, status, risk_tier, -count(*) FROM old_calls GROUP BY 1, 2, 3;
     ELSE
-        INSERT INTO approvals_calltally (day, status, calls)
-        SELECT day, status, sum(calls) FROM (
-            SELECT (o.created_at AT TIME ZONE 'UTC')::date AS day, o.status, -1 AS calls
+        INSERT INTO approvals_calltally (day, status, risk_tier, calls)
+        SELECT day, status, risk_tier, sum(calls) FROM (
+            SELECT (o.created_at AT TIME ZONE 'UTC')::date AS day, o.status, o.risk_tier, -1 AS calls
             FROM old_calls o JOIN new_calls n USING (id)
-            WHERE o.status <> n.status OR o.created_at <> n.created_at
+            WHERE o.status <> n.status OR o.created_at <> n.created_at OR o.risk_tier IS DISTINCT FROM n.risk_tier
             UNION ALL
-            SELECT (n.created_at AT TIME ZONE 'UTC')::date, n.status, 1
+            SELECT (n.created_at AT TIME ZONE 'UTC')::date, n.status, n.risk_tier, 1
             FROM old_calls o JOIN new_calls n USING (id)
-            WHERE o.status <> n.status OR o.created_at <> n.created_at
-        ) AS moved GROUP BY day, status HAVING sum(calls) <> 0;
+            WHERE o.status <> n.status OR o.created_at <> n.created_at OR o.risk_tier IS DISTINCT FROM n.risk_tier
+        ) AS moved GROUP BY day, status, risk_tier HAVING sum(calls) <> 0;
     END IF;
     RETURN NULL;
 END
@@ -54,15 +54,19 @@ DROP FUNCTION approvals_tally_calls();
 """
 SQLITE = [
     """CREATE TRIGGER approvals_toolcall_tally_insert AFTER INSERT ON approvals_toolcall BEGIN
-        INSERT INTO approvals_calltally (day, status, calls) VALUES (date(NEW.created_at), NEW.status, 1);
+        INSERT INTO approvals_calltally (day, status, risk_tier, calls)
+        VALUES (date(NEW.created_at), NEW.status, NEW.risk_tier, 1);
     END""",
-    """CREATE TRIGGER approvals_toolcall_tally_update AFTER UPDATE OF status, created_at ON approvals_toolcall
-    WHEN OLD.status <> NEW.status OR OLD.created_at <> NEW.created_at BEGIN
-        INSERT INTO approvals_calltally (day, status, calls) VALUES (date(OLD.created_at), OLD.status, -1);
-        INSERT INTO approvals_calltally (day, status, calls) VALUES (date(NEW.created_at), NEW.status, 1);
+    """CREATE TRIGGER approvals_toolcall_tally_update AFTER UPDATE OF status, created_at, risk_tier ON approvals_toolcall
+    WHEN OLD.status <> NEW.status OR OLD.created_at <> NEW.created_at OR OLD.risk_tier IS NOT NEW.risk_tier BEGIN
+        INSERT INTO approvals_calltally (day, status, risk_tier, calls)
+        VALUES (date(OLD.created_at), OLD.status, OLD.risk_tier, -1);
+        INSERT INTO approvals_calltally (day, status, risk_tier, calls)
+        VALUES (date(NEW.created_at), NEW.status, NEW.risk_tier, 1);
     END""",
     """CREATE TRIGGER approvals_toolcall_tally_delete AFTER DELETE ON approvals_toolcall BEGIN
-        INSERT INTO approvals_calltally (day, status, calls) VALUES (date(OLD.created_at), OLD.status, -1);
+        INSERT INTO approvals_calltally (day, status, risk_tier, calls)
+        VALUES (date(OLD.created_at), OLD.status, OLD.risk_tier, -1);
     END""",
 ]
 SQLITE_DROP = [f"DROP TRIGGER approvals_toolcall_tally_{event}" for event in ("insert", "update", "delete")]
@@ -74,7 +78,9 @@ def install(apps, schema_editor) -> None:
     if schema_editor.connection.vendor == "postgresql":
         schema_editor.execute("LOCK TABLE approvals_toolcall IN SHARE MODE")  # no call moves while it is counted
     tallied = (
-        ToolCall.objects.annotate(day=TruncDate("created_at")).values("day", "status").annotate(calls=Count("id"))
+        ToolCall.objects.annotate(day=TruncDate("created_at"))
+        .values("day", "status", "risk_tier")
+        .annotate(calls=Count("id"))
     )
     CallTally.objects.bulk_create(CallTally(**row) for row in tallied.order_by())
     for statement in [POSTGRESQL] if schema_editor.connection.vendor == "postgresql" else SQLITE:
@@ -112,6 +118,7 @@ class Migration(migrations.Migration):
                         max_length=24,
                     ),
                 ),
+                ("risk_tier", models.SmallIntegerField(null=True)),
                 ("calls", models.BigIntegerField()),
             ],
             options={"indexes": [models.Index(fields=["day", "status"], name="calltally_day_status")]},
