@@ -6,7 +6,7 @@ transaction, and take no lock: two writers never wait on each other for the audi
 
 Sealers (audit/sequencer.py) serialise among themselves only: a transaction-scoped
 advisory lock on PostgreSQL, the IMMEDIATE transaction on SQLite. A batch of seals is
-written by one statement (`write_seals`): on PostgreSQL an UPDATE joined to arrays,
+written by one statement (`write_seals`): on PostgreSQL an UPDATE joined to the batch,
 its portable twin the ORM's bulk_update. Both touch only events still unsealed, and
 report how many they sealed, so a batch that raced another sealer is rolled back whole.
 """
@@ -36,12 +36,16 @@ SEAL_LOCK_KEY = 0x6761746573
 LEADER_LOCK_KEY = 0x676174656C
 SEALING_COLUMNS = ("seq", "prev_hash", "hash", "sealed_at")
 
-# The id range bounds the events side of the join by the batch, whatever the planner believes: its
-# statistics, taken while few events waited, can say "one unsealed event" when a whole backlog waits,
-# and it would then hash every unsealed event for every batch (a backlog sealed in quadratic time).
+# The batch travels as four comma-joined texts, split by PostgreSQL: psycopg dumps a list
+# element by element in Python, where a join is one call in C (ids and seqs are digits,
+# hashes hex: no commas). The id range bounds the events side of the join by the batch,
+# whatever the planner believes: its statistics, taken while few events waited, can say
+# "one unsealed event" when a whole backlog waits, and it would then hash every unsealed
+# event for every batch (a backlog sealed in quadratic time).
 _SEAL_SQL = """
 UPDATE audit_event AS e SET seq = u.seq, prev_hash = u.prev_hash, hash = u.hash, sealed_at = %s
-FROM unnest(%s::bigint[], %s::bigint[], %s::varchar[], %s::varchar[]) AS u(id, seq, prev_hash, hash)
+FROM unnest(string_to_array(%s, ',')::bigint[], string_to_array(%s, ',')::bigint[],
+            string_to_array(%s, ','), string_to_array(%s, ',')) AS u(id, seq, prev_hash, hash)
 WHERE e.id = u.id AND e.seq IS NULL AND e.id BETWEEN %s AND %s
 """
 
@@ -144,10 +148,11 @@ def write_seals(seals: list[Seal], sealed_at: datetime) -> int:
         return 0
     if not postgresql_statements():
         return _write_seals_portably(seals, sealed_at)
-    arrays = [[getattr(seal, name) for seal in seals] for name in ("id", "seq", "prev_hash", "hash")]
-    first, last = min(arrays[0]), max(arrays[0])
+    ids = [seal.id for seal in seals]
+    joined = [",".join(map(str, ids)), ",".join(str(seal.seq) for seal in seals)]
+    joined += [",".join(seal.prev_hash for seal in seals), ",".join(seal.hash for seal in seals)]
     with connection.cursor() as cursor:
-        cursor.execute(_SEAL_SQL, [sealed_at, *arrays, first, last])
+        cursor.execute(_SEAL_SQL, [sealed_at, *joined, min(ids), max(ids)])
         return int(cursor.rowcount)
 
 
