@@ -13,8 +13,12 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.parameters import SETTINGS, BenchSettings
+
+if TYPE_CHECKING:
+    from bench.stack import Stack
 
 
 def log(message: str) -> None:
@@ -79,7 +83,9 @@ def load_data(pending: int, events: int) -> None:
     )
 
 
-def measure(settings: BenchSettings, env: dict[str, str], tokens: dict[str, str], workdir: Path) -> dict[str, object]:
+def measure(
+    settings: BenchSettings, env: dict[str, str], tokens: dict[str, str], workdir: Path, stack: Stack
+) -> dict[str, object]:
     """Run the five scenarios (and the sequencer's backlog) against the running stack; return their results by name."""
     from bench import dataset, e2e, ingest, pages, sealing, validation, verify
 
@@ -92,6 +98,8 @@ def measure(settings: BenchSettings, env: dict[str, str], tokens: dict[str, str]
     e2e_results = e2e.measure(settings, tokens, log)
     log("2b. Sealing a backlog")
     sealing_results = sealing.measure(settings.runs, log=log)
+    with stack.sequencer_stopped():
+        sealing.measure_statement(sealing_results, settings.runs, log=log)
     log("3. Reviewer pages")
     page_results = pages.PageResults()
     load_data(settings.small_pending_calls, settings.small_audit_events)
@@ -135,7 +143,7 @@ def main() -> int:
     workdir = Path(env["GATEHOUSE_VAR_DIR"])
     with Stack(settings, workdir / "logs") as stack:
         stack.start_all()
-        measured = measure(settings, env, tokens, workdir)
+        measured = measure(settings, env, tokens, workdir, stack)
     results = report.Results(
         settings=settings,
         machine=environment.machine(),

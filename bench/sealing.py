@@ -2,7 +2,11 @@
 
 Throughput: `BACKLOG_EVENTS` unsealed events (with their digests, as writers insert
 them) are COPYed in and committed at once; the stack's own `audit_sequencer` process
-seals them, and the time from the commit until none waits gives events/s. Delay:
+seals them, and the time from the commit until none waits gives events/s. The A/B
+of the seal statement (audit/store.py's `write_seals`): with the stack's sequencer
+stopped, this process seals `STATEMENT_EVENTS`-event backlogs itself, in turn with
+PostgreSQL's UPDATE and with its portable twin (the ORM's bulk_update, which SQLite
+runs), alternating which goes first. Delay:
 for every event created during the ingest scenario, `sealed_at − created_at` (the
 time it was stamped, just before its INSERT, to the time its batch was sealed).
 """
@@ -19,6 +23,9 @@ from typing import Any
 from bench.stats import Spread
 
 BACKLOG_EVENTS = 200_000
+# The portable twin seals a few thousand events a second: a smaller backlog keeps its runs short.
+STATEMENT_EVENTS = 20_000
+KEEP_STATEMENT_RATIO = 1.10
 THROUGHPUT_TARGET = 50_000
 DELAY_TARGET_MS = 1000.0
 SEALED_TIMEOUT = 300.0
@@ -55,9 +62,16 @@ class BacklogRun:
 @dataclass
 class SealingResults:
     backlog: list[BacklogRun] = field(default_factory=list)
+    # The seal statement's A/B, run by run: PostgreSQL's UPDATE, its portable twin.
+    statement: list[BacklogRun] = field(default_factory=list)
+    portable: list[BacklogRun] = field(default_factory=list)
 
     def rate(self) -> Spread:
         return Spread.of([run.rate for run in self.backlog])
+
+    def statement_ratio(self) -> Spread:
+        """Return the seal statement's events/s ÷ its portable twin's, run by run."""
+        return Spread.of([a.rate / b.rate for a, b in zip(self.statement, self.portable, strict=True)])
 
 
 def wait_sealed(timeout: float = SEALED_TIMEOUT) -> float:
@@ -122,6 +136,38 @@ def measure(runs: int, count: int = BACKLOG_EVENTS, log: Callable[[str], None] =
     return results
 
 
+def seal_in_process(count: int, postgresql_statements: bool) -> BacklogRun:
+    """Commit a backlog of `count` events and seal it in this process, with or without the store's statements."""
+    from django.test import override_settings
+
+    from audit.sequencer import seal_all
+
+    wait_sealed()
+    insert_backlog(count)
+    started = time.monotonic()
+    with override_settings(GATEHOUSE_POSTGRESQL_STORE=postgresql_statements):
+        sealed = seal_all()
+    seconds = time.monotonic() - started
+    if sealed != count:
+        raise RuntimeError(f"sealed {sealed:,} of a {count:,}-event backlog: did another sealer run?")
+    return BacklogRun(count, seconds)
+
+
+def measure_statement(
+    results: SealingResults, runs: int, count: int = STATEMENT_EVENTS, log: Callable[[str], None] = print
+) -> SealingResults:
+    """The seal statement's A/B (no other sealer running): `runs` pairs, alternating which goes first."""
+    for run in range(1, runs + 1):
+        for postgresql_statements in (True, False) if run % 2 else (False, True):
+            side = results.statement if postgresql_statements else results.portable
+            side.append(seal_in_process(count, postgresql_statements))
+        log(
+            f"  seal statement run {run}: PostgreSQL's {results.statement[-1].rate:,.0f} events/s, "
+            f"portable twin's {results.portable[-1].rate:,.0f} events/s"
+        )
+    return results
+
+
 def headline_rows(sealing: SealingResults | None, during_ingest: SealingDelay | None) -> list[str]:
     """Return the headline table's rows for the sequencer (none for results saved before it was measured)."""
     rows = []
@@ -130,6 +176,13 @@ def headline_rows(sealing: SealingResults | None, during_ingest: SealingDelay | 
         rows.append(
             f"| sequencer: events sealed/s from a {sealing.backlog[0].events:,}-event backlog | {rate.format(0)} | "
             f"≥ {THROUGHPUT_TARGET:,} — {'met' if rate.low >= THROUGHPUT_TARGET else '**missed**'} |"
+        )
+    if sealing is not None and getattr(sealing, "statement", None):
+        ratio = sealing.statement_ratio()
+        rows.append(
+            "| A/B: sequencer events sealed/s with the store's PostgreSQL UPDATE ÷ with its portable twin | "
+            f"{ratio.format(2)} | ≥ {KEEP_STATEMENT_RATIO:.2f} to keep it — "
+            f"{'met' if ratio.low >= KEEP_STATEMENT_RATIO else '**missed**'} |"
         )
     if during_ingest is not None:
         met = during_ingest.p99_ms < DELAY_TARGET_MS
@@ -157,6 +210,15 @@ def section(sealing: SealingResults | None, during_ingest: SealingDelay | None) 
         lines += [
             f"Backlog: {sealing.backlog[0].events:,} events, {len(sealing.backlog)} runs: {seconds} s, "
             f"**{sealing.rate().format(0)} events/s**.",
+            "",
+        ]
+    if sealing is not None and getattr(sealing, "statement", None):
+        statement = Spread.of([run.rate for run in sealing.statement]).format(0)
+        portable = Spread.of([run.rate for run in sealing.portable]).format(0)
+        lines += [
+            f"Seal statement A/B, {sealing.statement[0].events:,}-event backlogs sealed in the bench's process, "
+            f"{len(sealing.statement)} pairs: PostgreSQL's UPDATE {statement} events/s, its portable twin "
+            f"{portable} events/s (ratio {sealing.statement_ratio().format(2)}).",
             "",
         ]
     return lines

@@ -17,8 +17,8 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from functools import partial
 from pathlib import Path
 from types import TracebackType
@@ -169,7 +169,21 @@ class Stack:
             time.sleep(0.2)
 
     def _sequencer_ready(self) -> bool:
-        return b"audit sequencer started" in (self.log_dir / "sequencer.log").read_bytes()
+        return self._sequencer_starts() > 0
+
+    def _sequencer_starts(self) -> int:
+        return (self.log_dir / "sequencer.log").read_bytes().count(b"audit sequencer started")
+
+    @contextmanager
+    def sequencer_stopped(self) -> Iterator[None]:
+        """Stop the audit sequencer for the block (this process seals meanwhile), then start it again."""
+        _stop_group(self.processes.pop("sequencer"))
+        starts = self._sequencer_starts()
+        try:
+            yield
+        finally:
+            self.start("sequencer", sequencer_command())
+            self.wait_until(lambda: self._sequencer_starts() > starts, "the audit sequencer")
 
     def _worker_ready(self) -> bool:
         from config.celery import app
@@ -207,6 +221,15 @@ def _port_in_use(port: int) -> bool:
 def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
     with suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, sig)
+
+
+def _stop_group(process: subprocess.Popen[bytes]) -> None:
+    """Stop one process group: SIGTERM, then SIGKILL after the grace period."""
+    _signal_group(process, signal.SIGTERM)
+    with suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=STOP_TIMEOUT)
+    _signal_group(process, signal.SIGKILL)
+    process.wait(timeout=2)
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:

@@ -34,3 +34,16 @@ def test_the_sealing_delay_covers_the_events_created_in_the_window() -> None:
 
     assert measured.events == 3
     assert 0 <= measured.p50_ms <= measured.p99_ms <= measured.max_ms < 60_000
+
+
+@pytest.mark.django_db
+def test_the_seal_statement_ab_seals_each_backlog_whole_on_both_sides_into_a_chain_that_verifies() -> None:
+    results = sealing.measure_statement(sealing.SealingResults(), runs=2, count=600, log=lambda line: None)
+
+    assert [run.events for run in results.statement] == [600, 600]
+    assert [run.events for run in results.portable] == [600, 600]
+    assert Event.objects.filter(seq__isnull=True).count() == 0
+    assert Event.objects.count() == 2_400
+    assert first_break() is None
+    assert results.statement_ratio().low > 0
+    assert any("A/B: sequencer events sealed/s" in row for row in sealing.headline_rows(results, None))
