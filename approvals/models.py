@@ -235,7 +235,7 @@ class StandingApprover(models.Model):
 class CallTally(models.Model):
     """How many calls proposed on `day` (UTC) are in `status` at `risk_tier`: one row per change, summed when read.
 
-    Written by the database's triggers on approvals_toolcall (migration 0011), never by
+    Written by PostgreSQL's triggers on approvals_toolcall (migration 0011), never by
     Gatehouse's code: +1 for a call's new (day, status, tier), −1 for the one it left,
     whatever the statement. Writers only insert, so no counter row is contended on the
     hot path; `approvals.tally.fold` sums the rows of each key into one now and then.

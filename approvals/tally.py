@@ -1,21 +1,27 @@
-"""Reading and folding the calls' tally (approvals.models.CallTally), written by the database's triggers.
+"""How many calls are in each status: PostgreSQL's tally of the calls, beside its portable twin.
 
+On PostgreSQL, triggers (migration 0011) tally the calls in approvals.models.CallTally.
 A tally row is one change: the sum of a (day, status, tier)'s rows is how many calls
 proposed that day are in that status at that tier now. Reading sums a few rows a day
 plus the changes since the last fold; `fold` keeps that so by summing each key's rows
 into one. Folding preserves every sum whatever runs beside it: it deletes only the rows
 it read (locked), and changes committed meanwhile stay to be folded next time.
+
+The portable twin counts the calls themselves: SQLite runs it (it has no tally), and so
+does PostgreSQL with `GATEHOUSE_POSTGRESQL_STORE` off. docs/benchmarks.md gives the
+same-run A/B of the overview and the queue that keeps the tally.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from datetime import date
+from datetime import UTC, date, datetime, time
 
 from django.db import transaction
-from django.db.models import Max, Sum
+from django.db.models import Count, Max, Sum
 
-from approvals.models import CallTally
+from approvals.models import CallTally, ToolCall
+from audit.store import postgresql_statements
 
 # Rows folded in one transaction: a tally left unfolded for long (beat stopped) is folded in
 # several, none of which holds many locks or much memory.
@@ -24,6 +30,11 @@ FOLD_BATCH = 10_000
 
 def calls_by_status(since: date | None = None) -> Counter[str]:
     """Return how many calls proposed on `since` (UTC) or later, or ever, are in each status."""
+    if not postgresql_statements():
+        calls = ToolCall.objects.all()
+        if since is not None:
+            calls = calls.filter(created_at__gte=datetime.combine(since, time(), tzinfo=UTC))
+        return Counter(dict(calls.values_list("status").annotate(calls=Count("pk")).order_by()))
     rows = CallTally.objects.all() if since is None else CallTally.objects.filter(day__gte=since)
     sums = rows.values_list("status").annotate(calls=Sum("calls")).order_by()
     return Counter({status: calls for status, calls in sums if calls})
@@ -31,6 +42,9 @@ def calls_by_status(since: date | None = None) -> Counter[str]:
 
 def calls_by_tier(status: str) -> Counter[int | None]:
     """Return how many calls are in `status`, by risk tier (None: a call refused before it was judged)."""
+    if not postgresql_statements():
+        counts = ToolCall.objects.filter(status=status).values_list("risk_tier").annotate(calls=Count("pk"))
+        return Counter(dict(counts.order_by()))
     sums = CallTally.objects.filter(status=status).values_list("risk_tier").annotate(calls=Sum("calls")).order_by()
     return Counter({tier: calls for tier, calls in sums if calls})
 

@@ -3,6 +3,10 @@
 Response times come from wrk over HTTP (one reviewer, one connection); query
 counts from the same views run in this process under CaptureQueriesContext.
 Both are measured at two data sizes, to show the count does not grow with the data.
+The pages that count calls by status (the queue's "pending now", the overview) are
+also measured on the web server with the store's portable twins
+(`GATEHOUSE_POSTGRESQL_STORE=0`), run for run after the tally's: the A/B that keeps
+PostgreSQL's tally of the calls (approvals/tally.py) against counting the calls.
 """
 
 from __future__ import annotations
@@ -19,6 +23,14 @@ from bench.stats import Spread
 # `{call}`: the newest pending call, as a reviewer opening the top of the queue would.
 PAGES = {"queue": "/", "a call": "/calls/{call}/", "audit log": "/audit/", "overview": "/overview/"}
 REVIEWER = "alice"
+# The pages that read the calls' tally, measured again on the portable twins' server.
+TALLIED = ("queue", "overview")
+KEEP_TALLY_RATIO = 1.10
+
+
+def portable(page: str) -> str:
+    """Return the label of `page` served with the store's portable twins."""
+    return f"{page}, portable twins"
 
 
 @dataclass
@@ -32,6 +44,11 @@ class PageResults:
     def spread(self, page: str, size: str, metric: str) -> Spread:
         return Spread.of([getattr(r, metric) for r in self.runs[(page, size)]])
 
+    def tally_ratio(self, page: str, size: str) -> Spread:
+        """Return `page`'s p95 counting the calls ÷ its p95 summing the tally, run by run."""
+        pairs = zip(self.runs[(portable(page), size)], self.runs[(page, size)], strict=True)
+        return Spread.of([twin.p95_ms / tallied.p95_ms for twin, tallied in pairs])
+
 
 def reviewer_client() -> object:
     """Return a Django test client signed in as the demo reviewer (a real session row)."""
@@ -43,12 +60,16 @@ def reviewer_client() -> object:
     return client
 
 
-def count_queries(client: object, path: str) -> int:
+def count_queries(client: object, path: str, postgresql_statements: bool = True) -> int:
     """Return how many SQL queries one request of `path` runs (in this process)."""
     from django.db import connection
+    from django.test import override_settings
     from django.test.utils import CaptureQueriesContext
 
-    with CaptureQueriesContext(connection) as captured:
+    with (
+        override_settings(GATEHOUSE_POSTGRESQL_STORE=postgresql_statements),
+        CaptureQueriesContext(connection) as captured,
+    ):
         response = client.get(path)  # type: ignore[attr-defined]
     if response.status_code != 200:
         raise RuntimeError(f"{path} answered {response.status_code} to a signed-in reviewer")
@@ -83,21 +104,42 @@ def measure(
     call = newest_pending_call()
     for page, template in PAGES.items():
         path = template.format(call=call)
-        check_page(settings.base_url, path, cookie)
-        results.queries[(page, size)] = count_queries(client, path)
+        servers = {page: settings.base_url}
+        if page in TALLIED:
+            servers[portable(page)] = settings.portable_base_url
+        for label, base_url in servers.items():
+            check_page(base_url, path, cookie)
+            results.queries[(label, size)] = count_queries(client, path, postgresql_statements=label == page)
         target = wrk.Target("GET", path, {"Cookie": cookie})
         for run in range(1, settings.runs + 1):
-            result = wrk.run(
-                settings.base_url,
-                target,
-                connections=1,
-                seconds=settings.page_duration,
-                prefix=f"page-{run}",
-                workdir=workdir,
-            )
-            results.runs.setdefault((page, size), []).append(result)
-            log(
-                f"  {page:<9} {size:<5} run {run}: p50 {result.p50_ms:6.1f} ms  p95 {result.p95_ms:6.1f} ms  "
-                f"queries {results.queries[(page, size)]}  errors {result.errors}"
-            )
+            for label, base_url in servers.items():
+                result = wrk.run(
+                    base_url,
+                    target,
+                    connections=1,
+                    seconds=settings.page_duration,
+                    prefix=f"page-{run}",
+                    workdir=workdir,
+                )
+                results.runs.setdefault((label, size), []).append(result)
+                log(
+                    f"  {label:<9} {size:<5} run {run}: p50 {result.p50_ms:6.1f} ms  p95 {result.p95_ms:6.1f} ms  "
+                    f"queries {results.queries[(label, size)]}  errors {result.errors}"
+                )
     return results
+
+
+def ab_rows(results: PageResults) -> list[str]:
+    """Return the headline rows of the tally's A/B at the largest data size (none for results saved before it)."""
+    size = "large"
+    rows = []
+    for page in TALLIED:
+        if (portable(page), size) not in results.runs:
+            continue
+        ratio = results.tally_ratio(page, size)
+        rows.append(
+            f"| A/B: {page} p95 counting the calls (portable twin) ÷ summing PostgreSQL's tally, "
+            f"{results.sizes[size][0]:,} pending | {ratio.format(2)} | ≥ {KEEP_TALLY_RATIO:.2f} to keep it — "
+            f"{'met' if ratio.low >= KEEP_TALLY_RATIO else '**missed**'} |"
+        )
+    return rows

@@ -7,6 +7,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import pages as pages_scenario
 from bench import sealing as sealing_scenario
 from bench import verify as verify_scenario
 from bench.e2e import ROUNDS_PER_RUN, E2EResults
@@ -101,6 +102,7 @@ def headline(r: Results) -> list[str]:
         f"| audit_verify events/s | {rate.format(0)} | ≥ {VERIFY_TARGET:,} — {verdict(rate.low >= VERIFY_TARGET)} |",
         *sealing_scenario.headline_rows(r.sealing, getattr(r.ingest, "sealing_delay", None)),
         *store_ab_rows(r),
+        *pages_scenario.ab_rows(r.pages),
         "",
     ]
 
@@ -348,12 +350,16 @@ def pages_section(r: Results) -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     for page in PAGES:
-        for size, (pending, events) in r.pages.sizes.items():
-            lines.append(
-                f"| {page} (`{PAGES[page]}`) | {pending:,} | {events:,} | "
-                f"{r.pages.spread(page, size, 'p50_ms').format(1)} | "
-                f"{r.pages.spread(page, size, 'p95_ms').format(1)} | {r.pages.queries[(page, size)]} |"
-            )
+        labels = [page, pages_scenario.portable(page)] if page in pages_scenario.TALLIED else [page]
+        for label in labels:
+            for size, (pending, events) in r.pages.sizes.items():
+                if (label, size) not in r.pages.runs:
+                    continue  # results saved before the tally's A/B
+                lines.append(
+                    f"| {label} (`{PAGES[page]}`) | {pending:,} | {events:,} | "
+                    f"{r.pages.spread(label, size, 'p50_ms').format(1)} | "
+                    f"{r.pages.spread(label, size, 'p95_ms').format(1)} | {r.pages.queries[(label, size)]} |"
+                )
     lines.append("")
     return lines
 

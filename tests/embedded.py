@@ -173,13 +173,6 @@ class EmbeddedStack:
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout.strip().splitlines()[-1])
 
-    def tallied_counts(self) -> dict[str, int]:
-        """Return how many calls the stack's tally (approvals.tally) says are in each status."""
-        script = "import json; from approvals.tally import calls_by_status; print(json.dumps(calls_by_status()))"
-        done = self.manage("shell", "-c", script)
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout.strip().splitlines()[-1])
-
     def unsettled_older_than(self, seconds: float) -> int:
         """Return how many calls created more than `seconds` ago are still approved or executing."""
         script = (

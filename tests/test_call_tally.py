@@ -1,5 +1,5 @@
-"""The calls' tally: the database's triggers keep it with the calls whatever moves them, folding keeps it small,
-and the overview's pending and per-state figures read it."""
+"""The calls' tally: PostgreSQL's triggers keep it with the calls whatever moves them, folding keeps it small,
+the overview's pending and per-state figures read it, and its portable twin counts the same."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.db import connection, transaction
@@ -47,6 +48,27 @@ def test_the_tally_follows_calls_proposed_moved_backdated_and_deleted(support: A
 
     ToolCall.objects.filter(pk=calls[0].pk).delete()
     assert tally.calls_by_status() == live_counts()
+
+
+def test_the_portable_twin_counts_what_the_tally_sums(support: AgentApi, settings: Any) -> None:
+    calls = [propose_refund(support, 30000 + n, f"twin-{n}") for n in range(4)]
+    ToolCall.objects.filter(pk=calls[0].pk).update(status=Status.REJECTED)
+    ToolCall.objects.filter(pk=calls[1].pk).update(risk_tier=3)
+    ToolCall.objects.filter(pk=calls[2].pk).update(created_at=timezone.now() - timedelta(days=40))
+    recent = timezone.localdate() - timedelta(days=29)
+    figures = [
+        tally.calls_by_status(),
+        tally.calls_by_status(since=recent),
+        tally.calls_by_tier(Status.PENDING_APPROVAL),
+    ]
+    assert CallTally.objects.exists()
+
+    settings.GATEHOUSE_POSTGRESQL_STORE = False
+    CallTally.objects.all().delete()  # the twin does not read the tally
+
+    assert [tally.calls_by_status(), tally.calls_by_status(since=recent)] == figures[:2]
+    assert tally.calls_by_tier(Status.PENDING_APPROVAL) == figures[2]
+    assert figures[1] == Counter({Status.PENDING_APPROVAL: 2, Status.REJECTED: 1})
 
 
 def test_folding_leaves_one_row_per_day_and_state_and_every_sum_as_it_was(support: AgentApi) -> None:

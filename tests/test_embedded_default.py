@@ -130,7 +130,6 @@ def test_the_embedded_default_runs_three_minutes_under_its_agent_without_a_crash
     assert stack.alarming_lines() == [], stack.logs()
     assert sum(counts.values()) >= 50, counts
     assert counts.get("succeeded", 0) > 0 and counts.get("rejected", 0) > 0, counts
-    assert stack.tallied_counts() == counts  # SQLite's triggers kept the overview's tally with the calls
     verify = stack.manage("audit_verify")
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
