@@ -301,8 +301,8 @@ GATEHOUSE_AGENT_BUDGET_CALLS = env_int("GATEHOUSE_AGENT_BUDGET_CALLS", 1000)
 GATEHOUSE_AGENT_BUDGET_WINDOW_SECONDS = env_int("GATEHOUSE_AGENT_BUDGET_WINDOW_SECONDS", 3600)
 if GATEHOUSE_AGENT_BUDGET_WINDOW_SECONDS < 1:
     raise ImproperlyConfigured("GATEHOUSE_AGENT_BUDGET_WINDOW_SECONDS must be at least 1")
-# On PostgreSQL, the hot path's few hand-written statements (audit/store.py, approvals/store.py); off, their
-# portable twins (the ORM) run there as they do on SQLite. The same data either way: the bench compares the two.
+# On PostgreSQL, the few hand-written statements (audit/store.py, approvals/store.py, approvals/tally.py); off,
+# their portable twins (the ORM) run there as they do on SQLite. The same data either way: the bench compares them.
 GATEHOUSE_POSTGRESQL_STORE = env_bool("GATEHOUSE_POSTGRESQL_STORE", True)
 # Circuit breaker per agent and tool: it opens after THRESHOLD consecutive refusals of one kind,
 # or after ANY_KIND_THRESHOLD consecutive refusals of any kinds (a loop alternating between kinds; 0: off).
