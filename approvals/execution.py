@@ -24,6 +24,7 @@ from approvals.errors import ApiError
 from approvals.messages import Sent, enqueue
 from approvals.models import ToolCall
 from approvals.states import Status
+from audit import counts
 from audit.canonical import canonical_hash
 from audit.typealiases import JSONObject
 from toolcatalog.credentials import Scope, attempt_jti, audience_for, mint
@@ -273,6 +274,7 @@ def sweep(now: datetime | None = None) -> dict[str, int]:
         "leases_released": release_expired_leases(now),
         "requeued": requeue_unclaimed(now),
         "tally_rows_folded": tally.fold(),
+        "audit_events_counted": counts.fold(),
     }
 
 

@@ -4,8 +4,9 @@ Nothing is counted in process: every figure is read at scrape time from the rows
 that already record it (calls, the audit chain's events by action, notification
 deliveries), so any number of web processes and workers agree, a restart loses
 nothing, and a proposal pays nothing for being measured. Each scrape costs a few
-aggregate queries, on indexed columns where the tables grow (events by action,
-deliveries by status, calls by status).
+aggregate queries; where a table grows all year, they read what is folded instead:
+pending calls from the calls' tally (approvals/tally.py), events by action as the
+sweeper last folded them plus the events since (audit/counts.py).
 
 One exception, because the database cannot hold it: times a process went on without
 Redis (`gatehouse_redis_unavailable_total`, `agents.redisclient`) are counted where they
@@ -39,7 +40,7 @@ from agents import redisclient
 from approvals import tally
 from approvals.models import ToolCall
 from approvals.states import Status
-from audit.models import Event
+from audit import counts
 
 # An execution ends in one of these events; a retry is an attempt that failed and will run again.
 EXECUTION_EVENTS = {
@@ -94,9 +95,8 @@ def time_to_decision() -> HistogramMetricFamily:
 
 
 def action_counts() -> dict[str, int]:
-    """Return how many audit events of each counted action the chain holds."""
-    rows = Event.objects.filter(action__in=COUNTED_ACTIONS).values_list("action").annotate(n=Count("pk")).order_by()
-    return dict(rows)
+    """Return how many audit events of each counted action the chain holds (folded counts and the events since)."""
+    return dict(counts.events_by_action(COUNTED_ACTIONS))
 
 
 def event_counters(counts: dict[str, int]) -> Iterable[Metric]:

@@ -120,3 +120,17 @@ class Event(models.Model):
             "tool_name": tool_name,
             "data": data,
         }
+
+
+class ActionCounts(models.Model):
+    """How many events of each action the chain held through `through_seq` (folded by audit.counts)."""
+
+    through_seq = models.BigIntegerField(unique=True)
+    by_action = models.JSONField(default=dict)
+    folded_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "action counts"
+
+    def __str__(self) -> str:
+        return f"events by action through #{self.through_seq}"
