@@ -142,13 +142,13 @@ def seal_in_process(count: int, postgresql_statements: bool) -> BacklogRun:
 
     from audit.sequencer import seal_all
 
-    wait_sealed()
+    seal_all()  # whatever else waits: the stack's sequencer is stopped
     insert_backlog(count)
     started = time.monotonic()
     with override_settings(GATEHOUSE_POSTGRESQL_STORE=postgresql_statements):
         sealed = seal_all()
     seconds = time.monotonic() - started
-    if sealed != count:
+    if sealed < count:  # more is an event committed meanwhile, sealed with the backlog
         raise RuntimeError(f"sealed {sealed:,} of a {count:,}-event backlog: did another sealer run?")
     return BacklogRun(count, seconds)
 
