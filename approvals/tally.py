@@ -9,7 +9,7 @@ it read (locked), and changes committed meanwhile stay to be folded next time.
 
 The portable twin counts the calls themselves: SQLite runs it (it has no tally), and so
 does PostgreSQL with `GATEHOUSE_POSTGRESQL_STORE` off. docs/benchmarks.md gives the
-same-run A/B of the overview and the queue that keeps the tally.
+same-run A/B of the overview that keeps the tally.
 """
 
 from __future__ import annotations
