@@ -40,7 +40,7 @@ from agents import redisclient
 from approvals import tally
 from approvals.models import ToolCall
 from approvals.states import Status
-from audit import counts
+from audit.counts import events_by_action
 
 # An execution ends in one of these events; a retry is an attempt that failed and will run again.
 EXECUTION_EVENTS = {
@@ -96,7 +96,7 @@ def time_to_decision() -> HistogramMetricFamily:
 
 def action_counts() -> dict[str, int]:
     """Return how many audit events of each counted action the chain holds (folded counts and the events since)."""
-    return dict(counts.events_by_action(COUNTED_ACTIONS))
+    return dict(events_by_action(COUNTED_ACTIONS))
 
 
 def event_counters(counts: dict[str, int]) -> Iterable[Metric]:
