@@ -19,7 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agents.models import Agent, Grant
-from approvals import lifecycle, sensitive, tally
+from approvals import decision_waits, lifecycle, sensitive, tally
 from approvals.errors import ApiError
 from approvals.messages import Sent, enqueue
 from approvals.models import ToolCall
@@ -275,6 +275,7 @@ def sweep(now: datetime | None = None) -> dict[str, int]:
         "requeued": requeue_unclaimed(now),
         "tally_rows_folded": tally.fold(),
         "audit_events_counted": counts.fold(),
+        "decisions_folded": decision_waits.fold(),
     }
 
 

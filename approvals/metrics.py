@@ -5,8 +5,9 @@ that already record it (calls, the audit chain's events by action, notification
 deliveries), so any number of web processes and workers agree, a restart loses
 nothing, and a proposal pays nothing for being measured. Each scrape costs a few
 aggregate queries; where a table grows all year, they read what is folded instead:
-pending calls from the calls' tally (approvals/tally.py), events by action as the
-sweeper last folded them plus the events since (audit/counts.py).
+pending calls from the calls' tally (approvals/tally.py); events by action, and how
+long decided calls waited, as the sweeper last folded them plus the events since
+(audit/counts.py, approvals/decision_waits.py).
 
 One exception, because the database cannot hold it: times a process went on without
 Redis (`gatehouse_redis_unavailable_total`, `agents.redisclient`) are counted where they
@@ -23,11 +24,10 @@ from __future__ import annotations
 import hmac
 import os
 from collections.abc import Iterable, Iterator
-from datetime import timedelta
 
 from django.apps import apps
 from django.conf import settings
-from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Sum
+from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
@@ -37,8 +37,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from agents import redisclient
-from approvals import tally
-from approvals.models import ToolCall
+from approvals import decision_waits, tally
 from approvals.states import Status
 from audit.counts import events_by_action
 
@@ -53,8 +52,6 @@ DECISION_EVENTS = {"call.approved": "approved", "call.rejected": "rejected", "ca
 BREAKER_OPENED = "circuit.opened"
 SWEEPER_RESENT = "call.requeued"
 COUNTED_ACTIONS = (*EXECUTION_EVENTS, *DECISION_EVENTS, BREAKER_OPENED, SWEEPER_RESENT)
-# Seconds from proposal to a reviewer's decision: a minute to a day.
-DECISION_BUCKETS = (60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 24 * 3600.0)
 
 
 class GatehouseCollector(Collector):
@@ -78,19 +75,11 @@ def pending_calls() -> GaugeMetricFamily:
 
 def time_to_decision() -> HistogramMetricFamily:
     """Return how long held calls waited from proposal to a reviewer's approval or rejection."""
-    waited = ExpressionWrapper(F("decided_at") - F("created_at"), output_field=DurationField())
-    decided = ToolCall.objects.filter(approvals_required__gt=0, decided_at__isnull=False).annotate(waited=waited)
-    buckets = {
-        f"le_{index}": Count("pk", filter=Q(waited__lte=timedelta(seconds=le)))
-        for index, le in enumerate(DECISION_BUCKETS)
-    }
-    row = decided.aggregate(total=Count("pk"), waited_sum=Sum("waited"), **buckets)
+    waited = decision_waits.waits()
     histogram = HistogramMetricFamily(
         "gatehouse_time_to_decision_seconds", "Time from a held call's proposal to its decision by a reviewer."
     )
-    cumulative = [(str(le), row[f"le_{index}"]) for index, le in enumerate(DECISION_BUCKETS)]
-    total_seconds = row["waited_sum"].total_seconds() if row["waited_sum"] else 0.0
-    histogram.add_metric([], [*cumulative, ("+Inf", row["total"])], sum_value=total_seconds)
+    histogram.add_metric([], waited.cumulative(), sum_value=waited.seconds)
     return histogram
 
 

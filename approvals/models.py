@@ -251,3 +251,23 @@ class CallTally(models.Model):
 
     def __str__(self) -> str:
         return f"{self.day} {self.status} T{self.risk_tier}: {self.calls:+d}"
+
+
+class DecisionWaits(models.Model):
+    """How long held calls had waited when a reviewer decided them, through the chain's `through_seq`.
+
+    A histogram of the decision events sealed up to `through_seq`, folded by
+    `approvals.decision_waits`: `counts[i]` decisions waited at most bucket i's bound
+    and more than the one before (the last: more than every bound).
+    """
+
+    through_seq = models.BigIntegerField(unique=True)
+    counts = models.JSONField(default=list)
+    waited_seconds = models.FloatField(default=0.0)
+    folded_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "decision waits"
+
+    def __str__(self) -> str:
+        return f"decision waits through #{self.through_seq}"

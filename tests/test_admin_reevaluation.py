@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Permission, User
 
-from approvals import lifecycle, tasks
+from approvals import decision_waits, lifecycle, tasks
 from approvals.messages import Sent
 from approvals.models import Status, ToolCall
 from audit.models import Event
@@ -173,6 +173,8 @@ def test_a_call_approved_under_an_older_version_goes_back_for_approval_at_execut
     assert call.approved_tool_version is None and call.result is None
     assert Event.objects.filter(action="call.returned_for_approval", call_id=call.pk).exists()
     assert not Event.objects.filter(action="call.executed", call_id=call.pk).exists()
+    # /metrics' time to decision keeps the decision that was made: a histogram only grows.
+    assert sum(decision_waits.waits().counts) == 1
 
 
 def test_a_call_approved_under_an_older_version_that_the_new_policy_refuses_is_refused_at_execution(
