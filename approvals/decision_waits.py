@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 
 from approvals.models import DecisionWaits, ToolCall
+from audit.counts import fold_end, unfolded
 from audit.models import Event
-from audit.store import sealed_head
 
 DECISIONS = ("call.approved", "call.rejected")
 # Seconds from proposal to a reviewer's decision: a minute to a day.
@@ -63,13 +63,13 @@ class Waits:
 def waits() -> Waits:
     """Return every recorded decision's wait: the newest fold plus the decisions since, sealed or not."""
     through, folded = newest()
-    return folded + _observed(Event.objects.filter(Q(seq__gt=through) | Q(seq__isnull=True)))
+    return folded + _observed(unfolded(through))
 
 
 def fold(span: int = FOLD_SPAN) -> int:
     """Record the waits through the sealed head (at most `span` seqs further); return how many decisions it added."""
     through, folded = newest()
-    upto = min(sealed_head()[0], through + span)
+    upto = fold_end(through, span)
     if upto <= through:
         return 0
     added = _observed(Event.objects.filter(seq__gt=through, seq__lte=upto))

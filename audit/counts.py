@@ -25,7 +25,7 @@ FOLD_SPAN = 1_000_000
 def events_by_action(actions: Collection[str]) -> Counter[str]:
     """Return how many committed events of each of `actions` the chain holds, sealed or waiting to be."""
     through, folded = newest()
-    recent = Event.objects.filter(Q(seq__gt=through) | Q(seq__isnull=True), action__in=actions)
+    recent = unfolded(through).filter(action__in=actions)
     counts = Counter({action: n for action, n in folded.items() if action in actions})
     counts.update(_by_action(recent))
     return counts
@@ -34,7 +34,7 @@ def events_by_action(actions: Collection[str]) -> Counter[str]:
 def fold(span: int = FOLD_SPAN) -> int:
     """Record the counts through the sealed head (at most `span` seqs further); return how many events it added."""
     through, folded = newest()
-    upto = min(sealed_head()[0], through + span)
+    upto = fold_end(through, span)
     if upto <= through:
         return 0
     added = _by_action(Event.objects.filter(seq__gt=through, seq__lte=upto))
@@ -43,6 +43,16 @@ def fold(span: int = FOLD_SPAN) -> int:
     )
     ActionCounts.objects.filter(through_seq__lt=through).delete()  # the newest two stay
     return added.total()
+
+
+def unfolded(through: int) -> QuerySet[Event]:
+    """Return the committed events a fold through `through` left out: sealed after it, or waiting to be sealed."""
+    return Event.objects.filter(Q(seq__gt=through) | Q(seq__isnull=True))
+
+
+def fold_end(through: int, span: int) -> int:
+    """Return the seq the next fold after `through` reaches: the sealed head, or `span` seqs on if that is nearer."""
+    return min(sealed_head()[0], through + span)
 
 
 def newest() -> tuple[int, dict[str, int]]:
