@@ -29,7 +29,6 @@ from typing import TypedDict
 from uuid import UUID
 
 import orjson
-import psycopg
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
 from django.db.models import F, Max, Min, TextField
@@ -233,18 +232,6 @@ def _stamp(created: str, prefix: str) -> str:
 # sees the caller's uncommitted events, as the tests' do).
 PARALLEL_MIN_EVENTS = 200_000
 
-# One range of the chain, read by a walker process over its own connection. created_at comes as its plain text, in
-# the form _WALK_SESSION sets for the walk's transaction (ISO, UTC: `2026-12-04 15:05:54.098403+00`), and `_breaks`
-# rebuilds the hashed text from it: cheaper, per event, than PostgreSQL's to_char (`CREATED_TEXT_SQL`).
-_RANGE_SQL = """
-SELECT created_at::text, data::text,
-       seq, actor_kind, actor_name, action, call_id::text, agent_name, tool_name, digest, prev_hash, hash
-FROM audit_event WHERE seq >= %s AND seq <= %s ORDER BY seq
-"""
-_WALK_SESSION = "SELECT set_config('TimeZone', 'UTC', true), set_config('DateStyle', 'ISO', true)"
-# Rows fetched from a walker's cursor at a time.
-_WALK_PAGE = 20_000
-
 
 @dataclass(frozen=True)
 class _RangeWalk:
@@ -262,9 +249,7 @@ def _walk_range(conninfo: str, low: int, high: int) -> _RangeWalk:
     on its own; only its first row's link to the range before it is left to
     `parallel_first_break`, which compares the seams.
     """
-    with psycopg.connect(conninfo) as conn, conn.transaction(), conn.cursor(name="audit_walk") as cursor:
-        conn.execute(_WALK_SESSION)
-        rows = chain.from_iterable(_pages(cursor.execute(_RANGE_SQL, (low, high))))
+    with store.sealed_range(conninfo, low, high) as rows:
         first = next(rows, None)
         if first is None:
             return _RangeWalk(None, None, None)
@@ -272,12 +257,6 @@ def _walk_range(conninfo: str, low: int, high: int) -> _RangeWalk:
         tail: list[tuple[int, str]] = []
         found = next(_breaks(chain((first,), rows), head[0], head[1], tail), None)
         return _RangeWalk(head, found, tail[0] if tail else None)
-
-
-def _pages(cursor: psycopg.ServerCursor[SQLRow]) -> Iterator[list[SQLRow]]:
-    """Yield the cursor's rows a page at a time (iterating the cursor itself runs Python code for every row)."""
-    while page := cursor.fetchmany(_WALK_PAGE):
-        yield page
 
 
 def parallel_first_break(workers: int, low: int, high: int) -> ChainBreak | None:
@@ -347,11 +326,12 @@ def first_break(workers: int | None = None, parallel_min: int = PARALLEL_MIN_EVE
     """Return the first place the chain fails to verify, or None if it is intact.
 
     On PostgreSQL a chain of at least `parallel_min` events is walked in `workers`
-    processes (default: one per CPU) over disjoint ranges of `seq`; the answer is
-    the same as the sequential walk's (`parallel_first_break`).
+    processes (default: one per CPU) over disjoint ranges of `seq`, each range read by
+    the store's own statement (`store.sealed_range`); the answer is the same as the
+    sequential walk's, its portable twin (`parallel_first_break`).
     """
     workers = workers or os.cpu_count() or 1
-    if connection.vendor == "postgresql" and workers > 1 and not connection.in_atomic_block:
+    if store.postgresql_statements() and workers > 1 and not connection.in_atomic_block:
         bounds = Event.objects.aggregate(low=Min("seq"), high=Max("seq"))  # unsealed events (NULL) count in neither
         low, high = bounds["low"], bounds["high"]
         if low is not None and high - low + 1 >= max(parallel_min, workers):

@@ -1,4 +1,4 @@
-"""Inserting and sealing events: PostgreSQL's own statements, beside their portable twins.
+"""Inserting, sealing and walking events: PostgreSQL's own statements, beside their portable twins.
 
 Writers insert an event unsealed (no seq, no hashes) with the ORM, in their own
 transaction, and take no lock: two writers never wait on each other for the audit log.
@@ -9,12 +9,17 @@ advisory lock on PostgreSQL, the IMMEDIATE transaction on SQLite. A batch of sea
 written by one statement (`write_seals`): on PostgreSQL an UPDATE joined to the batch,
 its portable twin the ORM's bulk_update. Both touch only events still unsealed, and
 report how many they sealed, so a batch that raced another sealer is rolled back whole.
+
+`audit_verify`'s walkers read their ranges of the chain with `sealed_range`, each over a
+connection of its own; the portable twin is the sequential walk of audit/chain.py.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -28,7 +33,7 @@ from psycopg.conninfo import make_conninfo
 
 from audit.hashing import GENESIS_HASH, content_digest
 from audit.models import Event
-from audit.typealiases import SQLValue
+from audit.typealiases import SQLRow, SQLValue
 
 # Arbitrary, fixed keys for the advisory locks: "audit seal" (one batch at a time) and
 # "audit lead" (one sequencer process sealing, the others waiting to take over).
@@ -168,6 +173,40 @@ def _write_seals_portably(seals: list[Seal], sealed_at: datetime) -> int:
     ]
     unsealed_only = Event.objects.filter(seq__isnull=True)
     return unsealed_only.bulk_update(events, list(SEALING_COLUMNS), batch_size=PORTABLE_SEALS_PER_STATEMENT)
+
+
+# ------------------------------------------------------------------ walking
+
+# One range of the chain, as audit/chain.py's walk reads it: created_at as its plain text
+# in the form _WALK_SESSION sets (ISO, UTC: `2026-12-04 15:05:54.098403+00`), from which
+# the walk rebuilds the hashed text (cheaper, per event, than PostgreSQL's to_char), and
+# data as its JSON text. The portable twin is the walk's own ORM query (`chain.iter_breaks`).
+_RANGE_SQL = """
+SELECT created_at::text, data::text,
+       seq, actor_kind, actor_name, action, call_id::text, agent_name, tool_name, digest, prev_hash, hash
+FROM audit_event WHERE seq >= %s AND seq <= %s ORDER BY seq
+"""
+_WALK_SESSION = "SELECT set_config('TimeZone', 'UTC', true), set_config('DateStyle', 'ISO', true)"
+# Rows fetched from a walker's cursor at a time.
+_WALK_PAGE = 20_000
+
+
+@contextmanager
+def sealed_range(conninfo: str, low: int, high: int) -> Iterator[Iterator[SQLRow]]:
+    """Yield the events with low ≤ seq ≤ high in seq order, as the walk's rows, over a connection of its own.
+
+    PostgreSQL's (a walker process of audit/chain.py's parallel walk): one transaction,
+    so one snapshot, read from a server-side cursor a page at a time.
+    """
+    with psycopg.connect(conninfo) as conn, conn.transaction(), conn.cursor(name="audit_walk") as cursor:
+        conn.execute(_WALK_SESSION)
+        yield itertools.chain.from_iterable(_pages(cursor.execute(_RANGE_SQL, (low, high))))
+
+
+def _pages(cursor: psycopg.ServerCursor[SQLRow]) -> Iterator[list[SQLRow]]:
+    """Yield the cursor's rows a page at a time (iterating the cursor itself runs Python code for every row)."""
+    while page := cursor.fetchmany(_WALK_PAGE):
+        yield page
 
 
 # ------------------------------------------------------------------ leading

@@ -57,6 +57,8 @@ class BenchSettings:
     audit_events: int = _int("BENCH_AUDIT_EVENTS", 10_000_000)
     small_pending_calls: int = _int("BENCH_SMALL_PENDING_CALLS", 1_000)
     small_audit_events: int = _int("BENCH_SMALL_AUDIT_EVENTS", 10_000)
+    # The chain the walk's A/B runs on, between the two sizes: its portable twin walks in one process.
+    walk_ab_events: int = _int("BENCH_WALK_AB_EVENTS", 1_000_000)
     output: Path = Path(os.environ.get("BENCH_OUTPUT", BASE_DIR / "docs" / "benchmarks.md"))
 
     @property

@@ -48,6 +48,7 @@ class Results:
     verify: list[VerifyRun]
     validation: ValidationResults
     sealing: SealingResults | None = None  # None in results saved before the sequencer was measured
+    verify_walk: verify_scenario.WalkAB | None = None  # None in results saved before the walk's A/B
 
 
 def verdict(ok: bool) -> str:
@@ -102,6 +103,7 @@ def headline(r: Results) -> list[str]:
         f"| audit_verify events/s | {rate.format(0)} | ≥ {VERIFY_TARGET:,} — {verdict(rate.low >= VERIFY_TARGET)} |",
         *sealing_scenario.headline_rows(r.sealing, getattr(r.ingest, "sealing_delay", None)),
         *store_ab_rows(r),
+        *verify_scenario.headline_rows(getattr(r, "verify_walk", None)),
         *pages_scenario.ab_rows(r.pages),
         "",
     ]
@@ -377,6 +379,7 @@ def verify_section(r: Results) -> list[str]:
         f"| {verify_scenario.rate(runs).format(0)} | {_spread([x.seconds for x in runs], 2)} | "
         f"{_spread([x.wall_seconds for x in runs], 1)} | {_spread([x.max_rss_mib for x in runs], 0)} |",
         "",
+        *verify_scenario.section_lines(getattr(r, "verify_walk", None)),
     ]
 
 

@@ -104,6 +104,9 @@ def measure(
     page_results = pages.PageResults()
     load_data(settings.small_pending_calls, settings.small_audit_events)
     pages.measure(settings, workdir, "small", page_results, log)
+    log("3b. audit_verify's walk, A/B (a chain between the two sizes)")
+    load_data(settings.small_pending_calls, settings.walk_ab_events)
+    walk_results = verify.measure_walk(env, settings.runs, log)
     load_data(settings.pending_calls, settings.audit_events)
     pages.measure(settings, workdir, "large", page_results, log)
     log("4. audit_verify")
@@ -117,6 +120,7 @@ def measure(
         "verify": verify_results,
         "validation": validation_results,
         "sealing": sealing_results,
+        "verify_walk": walk_results,
     }
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
-from audit.chain import _breaks, _stamp, first_break, iter_breaks, record_alone
+from audit.chain import ChainBreak, _breaks, _stamp, first_break, iter_breaks, record_alone
 from audit.hashing import CREATED_TEXT_SQL, GENESIS_HASH, content_digest, sealed_hash
 from audit.models import ActorKind, Event
 from audit.sequencer import seal_all
@@ -136,3 +138,23 @@ def test_events_stamped_before_1970_and_on_whole_seconds_verify_in_both_walks() 
 
     assert next(iter_breaks(), None) is None
     assert first_break(workers=2, parallel_min=1) is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_the_store_statements_off_the_walk_is_its_portable_twin_and_names_the_same_break(settings: Any) -> None:
+    for n in range(6):
+        record_alone("test.event", actor=ACTOR, data={"n": n})
+    seal_all()
+    with transaction.atomic():
+        tamper("UPDATE audit_event SET data = %s WHERE seq = 4", ['{"n": 40}'])
+    edited = ChainBreak(4, "its content does not match its hash")
+
+    with CaptureQueriesContext(connection) as asked_here:
+        assert first_break(workers=2, parallel_min=1) == edited
+    settings.GATEHOUSE_POSTGRESQL_STORE = False
+    with CaptureQueriesContext(connection) as asked_by_the_twin:
+        assert first_break(workers=2, parallel_min=1) == edited
+
+    # The store's walkers read the chain over connections of their own; the twin reads it over Django's.
+    assert not [query for query in asked_here if '"audit_event"."prev_hash"' in query["sql"]]
+    assert [query for query in asked_by_the_twin if '"audit_event"."prev_hash"' in query["sql"]]
