@@ -327,8 +327,8 @@ def first_break(workers: int | None = None, parallel_min: int = PARALLEL_MIN_EVE
 
     On PostgreSQL a chain of at least `parallel_min` events is walked in `workers`
     processes (default: one per CPU) over disjoint ranges of `seq`, each range read by
-    the store's own statement (`store.sealed_range`); the answer is the same as the
-    sequential walk's, its portable twin (`parallel_first_break`).
+    the store's own statement (`store.sealed_range`), and names the same break as the
+    sequential walk (`iter_breaks`, its portable twin, which runs otherwise).
     """
     workers = workers or os.cpu_count() or 1
     if store.postgresql_statements() and workers > 1 and not connection.in_atomic_block:
