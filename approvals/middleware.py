@@ -126,7 +126,8 @@ class ApiJsonErrorsMiddleware:
 
     The API's handlers already do; this covers what they never see: an unknown path
     (Django's 404, its HTML debug page included), a method an endpoint does not take
-    (django-ninja's plain 405) and an unhandled exception (Django's 500).
+    (django-ninja's plain 405), a request the middleware refuses (a Host header not
+    allowed: Django's 400) and an unhandled exception (Django's 500).
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:

@@ -109,6 +109,9 @@ if GATEHOUSE_DEMO:
 # single worker thread; every async-capable one below it costs thread hops on every
 # request. So the sync-only ones come last.
 MIDDLEWARE = [
+    # Outermost: an API error answered by any middleware below it (a Host header Django
+    # refuses, a CSRF failure) still reaches the agent as the API's JSON body.
+    "approvals.middleware.ApiJsonErrorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -119,7 +122,6 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    "approvals.middleware.ApiJsonErrorsMiddleware",
     "approvals.middleware.ApiBodyLimitMiddleware",
     "approvals.middleware.DatabaseUnavailableMiddleware",
     # Last, as django-axes asks: it turns a login it refused into the lockout page. It is

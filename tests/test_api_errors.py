@@ -44,6 +44,16 @@ def test_an_unknown_api_path_is_a_json_404_even_in_debug_mode(path: str, debug: 
     assert "URL patterns" not in response.content.decode()
 
 
+@pytest.mark.parametrize("host", ["HdJ,'", "evil.example.com"])
+def test_a_host_header_django_refuses_is_a_json_400_on_the_api_and_html_on_the_console(host: str) -> None:
+    api = Client().get("/api/v1/tool-calls/0", HTTP_HOST=host)
+    console = Client().get("/", HTTP_HOST=host)
+
+    assert api.status_code == console.status_code == 400
+    assert _is_error_body(api, "malformed_request")
+    assert console["Content-Type"].startswith("text/html")
+
+
 def test_the_json_errors_the_api_already_gives_are_kept(agent_api: Any) -> None:
     response = agent_api().get("00000000-0000-0000-0000-000000000000")
     assert response.status_code == 404
