@@ -18,7 +18,7 @@ import httpx
 
 from bench import wrk
 from bench.parameters import BenchSettings
-from bench.stats import Spread
+from bench.stats import Spread, keep_row
 
 # `{call}`: the newest pending call, as a reviewer opening the top of the queue would.
 PAGES = {"queue": "/", "a call": "/calls/{call}/", "audit log": "/audit/", "overview": "/overview/"}
@@ -26,7 +26,6 @@ REVIEWER = "alice"
 # The pages that read the calls' tally, measured again on the portable twins' server (the
 # queue counts no further than its cap: it does not).
 TALLIED = ("overview",)
-KEEP_TALLY_RATIO = 1.10
 
 
 def portable(page: str) -> str:
@@ -138,9 +137,6 @@ def ab_rows(results: PageResults) -> list[str]:
         if (portable(page), size) not in results.runs:
             continue
         ratio = results.tally_ratio(page, size)
-        rows.append(
-            f"| A/B: {page} p95 counting the calls (portable twin) ÷ summing PostgreSQL's tally, "
-            f"{results.sizes[size][0]:,} pending | {ratio.format(2)} | ≥ {KEEP_TALLY_RATIO:.2f} to keep it — "
-            f"{'met' if ratio.low >= KEEP_TALLY_RATIO else '**missed**'} |"
-        )
+        label = f"{page} p95 counting the calls (portable twin) ÷ summing PostgreSQL's tally"
+        rows.append(keep_row(f"{label}, {results.sizes[size][0]:,} pending", ratio))
     return rows

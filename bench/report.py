@@ -16,7 +16,7 @@ from bench.ingest import CONCURRENCIES, IngestResults
 from bench.pages import PAGES, PageResults
 from bench.parameters import BenchSettings
 from bench.sealing import SealingResults
-from bench.stats import Spread
+from bench.stats import Spread, keep_row
 from bench.validation import ValidationResults
 from bench.verify import VerifyRun
 
@@ -26,8 +26,6 @@ INGEST_TARGET = 0.75
 INGEST_TARGET_REFERENCE = 0.6
 REFERENCE = "bare-gunicorn"
 E2E_TARGET = 2.0
-# A store module's PostgreSQL statements stay only if they move a headline figure by this much (same-run A/B).
-STORE_AB_KEEP = 1.10
 PAGE_TARGET_MS = 150.0
 VERIFY_TARGET = 250_000
 
@@ -132,11 +130,8 @@ def store_ab_rows(r: Results) -> list[str]:
         return []
     rows = []
     for c in CONCURRENCIES:
-        gain = r.ingest.ratio("tier2", c, base="tier2-portable")
-        rows.append(
-            f"| A/B: tier-2 ingest with the store's PostgreSQL statements ÷ with their portable twins, c={c} | "
-            f"{gain.format(2)} | ≥ {STORE_AB_KEEP:.2f} to keep them — {verdict(gain.median >= STORE_AB_KEEP)} |"
-        )
+        label = f"tier-2 ingest with the store's PostgreSQL statements ÷ with their portable twins, c={c}"
+        rows.append(keep_row(label, r.ingest.ratio("tier2", c, base="tier2-portable"), kept="them"))
     return rows
 
 

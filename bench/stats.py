@@ -31,3 +31,14 @@ def percentile(samples: Sequence[float], pct: float) -> float:
     ordered = sorted(samples)
     rank = max(1, round(pct / 100 * len(ordered)))
     return ordered[min(rank, len(ordered)) - 1]
+
+
+# A PostgreSQL-only statement stays only while its same-run A/B against its portable twin
+# moves a headline figure by at least this much, in every run.
+KEEP_RATIO = 1.10
+
+
+def keep_row(label: str, ratio: Spread, kept: str = "it") -> str:
+    """Return an A/B's headline row: its ratio, and whether every run's ratio earns the statement (`kept`) its place."""
+    verdict = "met" if ratio.low >= KEEP_RATIO else "**missed**"
+    return f"| A/B: {label} | {ratio.format(2)} | ≥ {KEEP_RATIO:.2f} to keep {kept} — {verdict} |"
